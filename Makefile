@@ -1,0 +1,33 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# Each creates .venv when it is missing (torch 2.13.0 first: its CPU build is on this machine's
+# disk, while an unpinned torch would pull a multi-GB CUDA build), then installs the project.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.conduit-installed
+TORCH := torch==2.13.0
+
+.PHONY: venv test test-e2e demo lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-e2e: $(STAMP)
+	$(PY) -m pytest -q -m e2e
+
+demo: $(STAMP)
+	$(VENV)/bin/conduit topology show dgx-h100-x2
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check conduit tests studies benchmarks
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .hypothesis

@@ -1,0 +1,5 @@
+import sys
+
+from conduit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,52 @@
+"""Built-in policies. Nothing here imports :mod:`conduit.sim` or :mod:`conduit.runtime`.
+
+Registered names (``conduit policies list``):
+
+* ``host-only`` — experience stays in pageable host memory on the consumer's node and is copied to the
+  device when the learner asks (no prefetch): what a framework with no data plane does.
+* ``all-gpu`` — every chunk goes straight to its consumer's HBM (pinned staging), spilling to pinned
+  host memory when HBM is full; moves start as soon as a learner has pending data.
+"""
+
+from __future__ import annotations
+
+from conduit.policies.components import EarliestDeadlineFirst, OnDemand, TierPreference
+from conduit.policy import PathSettings, Policy
+from conduit.registry import PolicyEntry, PolicyRegistry
+from conduit.topology.model import TierKind
+
+
+def host_only() -> Policy:
+    """Pageable host memory on the consumer node; copy on demand, no overlap."""
+    return Policy(
+        name="host-only",
+        placement=TierPreference((TierKind.PAGEABLE, TierKind.NVME), name="host-only"),
+        scheduling=OnDemand(),
+        path=PathSettings(route="direct", batch_build="per-batch", pinned=False,
+                          overlap_collection=False, overlap_update=False, prefetch_depth=0),
+        summary="pageable host memory, copied to the device on demand",
+    )
+
+
+def all_gpu(depth: int = 2) -> Policy:
+    """Straight to the consumer's HBM, spilling to pinned host; earliest-deadline-first moves."""
+    return Policy(
+        name="all-gpu",
+        placement=TierPreference((TierKind.HBM, TierKind.PINNED, TierKind.PAGEABLE, TierKind.NVME), name="all-gpu"),
+        scheduling=EarliestDeadlineFirst(depth=depth),
+        path=PathSettings(route="direct", batch_build="per-chunk", pinned=True, prefetch_depth=depth),
+        params={"depth": depth},
+        summary="every chunk to its consumer's HBM, spill to pinned host",
+    )
+
+
+def register_builtins(registry: PolicyRegistry) -> None:
+    registry.register(PolicyEntry("host-only", "policy", host_only, host_only.__doc__.strip()))
+    registry.register(PolicyEntry("all-gpu", "policy", all_gpu, all_gpu.__doc__.strip()))
+    registry.register(PolicyEntry(
+        "tier-preference", "placement",
+        lambda order=("hbm", "pinned", "pageable", "nvme"): TierPreference(tuple(TierKind(k) for k in order)),
+        "placement by a preference order of tier kinds, consumer node first"))
+    registry.register(PolicyEntry("on-demand", "scheduling", OnDemand, "no prefetch: move when the learner asks"))
+    registry.register(PolicyEntry("edf-prefetch", "scheduling", EarliestDeadlineFirst,
+                                  "earliest-deadline-first prefetch, bounded depth per learner"))

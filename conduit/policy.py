@@ -1,0 +1,173 @@
+"""Policy protocols: what a placement or scheduling policy decides, and how it is packaged.
+
+Conduit controls the experience path at three points. A **placement policy** answers *where*: the
+tier a chunk's first copy lands in (ingestion) and where data goes when a tier fills up (spill). A
+**scheduling policy** answers *when and in what order*: which moves to start now so that each
+learner's next batch is on its device before it asks. Both read only a
+:class:`~conduit.view.ClusterView` and return plain decision objects; a backend (simulator or
+runtime) validates and executes them. A decision that is invalid — over capacity, an unknown tier,
+one that breaks the data contract — is rejected by the backend with :class:`InvalidDecision`, counted,
+and replaced by the safe default, so a buggy policy can cost time but never samples.
+
+A :class:`Policy` bundles one placement policy, one scheduling policy and the **path settings**
+(:class:`PathSettings`) that say how the surrounding pipeline runs: through the driver or directly,
+per-batch or per-chunk batch building, pinned or pageable copies, coalescing granularity. The
+``rllib-stock`` baseline is one such bundle; Conduit's own policy is another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from conduit.errors import ConduitError
+from conduit.view import ClusterView
+
+
+class InvalidDecision(ConduitError):
+    """A policy's decision that a backend refused; names the policy and the decision."""
+
+    def __init__(self, policy: str, decision: object, reason: str):
+        self.policy = policy
+        self.decision = decision
+        self.reason = reason
+        super().__init__(f"policy {policy!r} made an invalid decision {decision!r}: {reason}")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Put a chunk in ``tier`` (a tier id of the view)."""
+
+    tier: str
+
+
+@dataclass(frozen=True)
+class Move:
+    """Copy chunk ``chunk_id`` into ``dst_tier``; ``deadline`` orders moves (earliest first)."""
+
+    chunk_id: Hashable
+    dst_tier: str
+    deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    """What a placement decision knows about the chunk being placed and who will consume it."""
+
+    chunk_id: Hashable
+    node: str | None
+    device: str | None
+    nbytes: float
+    policy_version: int
+    consumer: str | None = None  # learner id, when the plane has already chosen one
+
+
+@runtime_checkable
+class PlacementPolicy(Protocol):
+    """Chooses tiers. ``place`` for a new chunk; ``spill`` to free ``nbytes`` in a full tier."""
+
+    name: str
+
+    def place(self, chunk: ChunkInfo, view: ClusterView) -> Placement: ...
+
+    def spill(self, tier: str, nbytes: float, view: ClusterView) -> Sequence[Move]: ...
+
+
+@runtime_checkable
+class SchedulingPolicy(Protocol):
+    """Chooses when data moves: ``plan`` returns the moves to start now, in priority order.
+
+    ``pending`` lists, per learner, the chunks assigned to its next batch that are not yet on its
+    device, with their sizes; the backend calls ``plan`` whenever something changes (a chunk arrives,
+    a move finishes, a learner starts an update).
+    """
+
+    name: str
+
+    def plan(
+        self, pending: Mapping[str, Sequence[tuple[Hashable, float]]], view: ClusterView
+    ) -> Sequence[Move]: ...
+
+
+Route = Literal["driver", "direct"]
+BatchBuild = Literal["per-batch", "per-chunk"]
+
+
+@dataclass(frozen=True)
+class PathSettings:
+    """How the pipeline around the policies runs (executed identically by both backends).
+
+    * ``route`` — ``driver``: experience is gathered into the driver process and sharded to learners
+      (stock RLlib); ``direct``: from the producer straight to its placement.
+    * ``batch_build`` — ``per-batch``: the learner connector (batch building, to-tensor, value pass)
+      runs over the whole batch after sampling ends; ``per-chunk``: it runs on each chunk as it arrives,
+      which the contracts allow (PPO's value function of version *k* is fixed while *k* samples).
+    * ``pinned`` — host->device copies from a pinned staging ring (DMA at link speed) or pageable
+      memory (staged through a bounce buffer).
+    * ``granularity`` — chunks coalesced into one transfer.
+    * ``overlap_collection`` — move data while sampling still runs.
+    * ``overlap_update`` — prepare batch *k+1* while update *k* runs, when the contract allows.
+    * ``prefetch_depth`` — batches per learner allowed in flight ahead of need.
+    """
+
+    route: Route = "direct"
+    batch_build: BatchBuild = "per-chunk"
+    pinned: bool = True
+    granularity: int = 1
+    overlap_collection: bool = True
+    overlap_update: bool = True
+    prefetch_depth: int = 2
+
+    def __post_init__(self) -> None:
+        if self.route not in ("driver", "direct"):
+            raise ConduitError(f"path setting 'route' must be 'driver' or 'direct', got {self.route!r}")
+        if self.batch_build not in ("per-batch", "per-chunk"):
+            raise ConduitError(
+                f"path setting 'batch_build' must be 'per-batch' or 'per-chunk', got {self.batch_build!r}"
+            )
+        for name in ("granularity", "prefetch_depth"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "granularity" else 0):
+                raise ConduitError(f"path setting {name!r} must be an integer >= "
+                                   f"{1 if name == 'granularity' else 0}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Param:
+    """A tunable parameter a policy declares: integer or real range, or a set of choices."""
+
+    name: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] | None = None
+    integer: bool = False
+    log: bool = False
+
+
+@dataclass
+class Policy:
+    """A complete policy: placement + scheduling + path settings, plus declared parameters.
+
+    ``params`` are the values in force; ``space`` the parameters ``conduit tune`` may search.
+    """
+
+    name: str
+    placement: PlacementPolicy
+    scheduling: SchedulingPolicy
+    path: PathSettings = field(default_factory=PathSettings)
+    params: dict[str, Any] = field(default_factory=dict)
+    space: tuple[Param, ...] = ()
+    summary: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "placement": self.placement.name,
+            "scheduling": self.scheduling.name,
+            "path": asdict(self.path),
+            "params": dict(self.params),
+        }
+
+    def with_path(self, **changes: Any) -> Policy:
+        return replace(self, path=replace(self.path, **changes))

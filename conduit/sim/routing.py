@@ -1,0 +1,141 @@
+"""Hop-count shortest-path routing with deterministic ECMP.
+
+The model: every undirected edge ``{u, v}`` of the topology graph is a full-duplex
+link made of two independent *directed links*, ``u -> v`` and ``v -> u``. Edge
+number ``e`` (in ``graph.edges()`` order, self-loops skipped) owns directed links
+``2e`` (``u -> v`` as networkx lists the edge) and ``2e + 1`` (the reverse); the
+flow solver and the link statistics use these indices.
+
+A transfer from ``src`` to ``dst`` follows a path with the fewest hops. Where
+several such paths exist (equal-cost multi-path, ECMP), the walk from ``src``
+picks the next hop at each node among the neighbours one hop closer to ``dst``
+by hashing ``(src, dst, current node)`` with CRC-32 — a stable hash, so the same
+graph routes the same way in every process, whatever ``PYTHONHASHSEED`` is.
+Candidates are ordered by ``repr(node)`` before hashing, so the choice depends
+only on the node names, not on the order the graph was built in; node names
+should therefore have a stable ``repr`` (strings, ints, tuples of those). Every
+pair of endpoints has a single route; routes are cached.
+
+Distances are one breadth-first search per destination (run by
+:mod:`scipy.sparse.csgraph`), cached, so routing on a fat tree of thousands of
+nodes costs one C-level BFS per distinct destination plus a few array
+operations per hop.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Hashable
+from typing import NamedTuple
+
+import networkx as nx
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from conduit.errors import ConduitError
+
+Node = Hashable
+
+
+class Route(NamedTuple):
+    """The path a transfer takes: its nodes, and the directed links between them."""
+
+    nodes: tuple[Node, ...]
+    links: np.ndarray  # directed link indices (intp, read-only), len(nodes) - 1 of them
+
+
+class Router:
+    """Deterministic hop-count shortest-path routes over an undirected graph."""
+
+    def __init__(self, graph: nx.Graph) -> None:
+        if not isinstance(graph, nx.Graph):
+            raise ConduitError(f"graph: expected a networkx.Graph, got {type(graph).__name__}")
+        if graph.is_directed():
+            raise ConduitError(
+                "graph: directed graphs are not supported; links are full duplex, "
+                "so give an undirected networkx.Graph"
+            )
+        if graph.is_multigraph():
+            raise ConduitError("graph: multigraphs are not supported; merge parallel links into one edge")
+        self.nodes: list[Node] = list(graph.nodes)
+        self._index: dict[Node, int] = {node: i for i, node in enumerate(self.nodes)}
+        #: Undirected edges, ``edges[e] == (u, v)``; directed links ``2e`` and ``2e + 1``.
+        self.edges: list[tuple[Node, Node]] = [(u, v) for u, v in graph.edges if u != v]
+        #: Directed links, ``links[i] == (from, to)``.
+        self.links: list[tuple[Node, Node]] = []
+        for u, v in self.edges:
+            self.links += [(u, v), (v, u)]
+        self._link_index = {link: i for i, link in enumerate(self.links)}
+
+        n = len(self.nodes)
+        tails = np.array([self._index[u] for u, _ in self.links], dtype=np.intp)
+        heads = np.array([self._index[v] for _, v in self.links], dtype=np.intp)
+        order = np.lexsort((heads, tails))
+        self._nbr = heads[order]  # CSR adjacency: neighbours of node i ...
+        self._nbr_link = order.astype(np.intp)  # ... and the directed link to each
+        self._indptr = np.concatenate(([0], np.cumsum(np.bincount(tails, minlength=n))))
+        self._adjacency = csr_matrix(
+            (np.ones(len(self.links)), (tails, heads)), shape=(n, n)
+        )
+        ranks = sorted(range(n), key=lambda i: (type(self.nodes[i]).__name__, repr(self.nodes[i])))
+        self._rank = np.empty(n, dtype=np.intp)
+        self._rank[ranks] = np.arange(n)
+        self._dist: dict[int, np.ndarray] = {}
+        self._routes: dict[tuple[Node, Node], Route] = {}
+
+    def __contains__(self, node: object) -> bool:
+        try:
+            return node in self._index
+        except TypeError:  # unhashable
+            return False
+
+    def link_index(self, u: Node, v: Node) -> int:
+        """The index of the directed link ``u -> v``."""
+        try:
+            return self._link_index[(u, v)]
+        except KeyError:
+            raise ConduitError(f"no link {u!r} -> {v!r}") from None
+
+    def route(self, src: Node, dst: Node) -> Route:
+        """The route from ``src`` to ``dst`` (cached); ``src == dst`` has no links."""
+        key = (src, dst)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self._walk(src, dst)
+        return route
+
+    def _distances(self, dst: int) -> np.ndarray:
+        dist = self._dist.get(dst)
+        if dist is None:
+            hops = shortest_path(self._adjacency, directed=False, unweighted=True, indices=dst)
+            dist = np.where(np.isfinite(hops), hops, -1).astype(np.int64)
+            self._dist[dst] = dist
+        return dist
+
+    def _walk(self, src: Node, dst: Node) -> Route:
+        for name, node in (("src", src), ("dst", dst)):
+            if node not in self:
+                raise ConduitError(f"{name}: unknown device {node!r}")
+        s, d = self._index[src], self._index[dst]
+        dist = self._distances(d)
+        if dist[s] < 0:
+            raise ConduitError(f"no path from {src!r} to {dst!r}")
+        nodes, links = [s], []
+        cur = s
+        while cur != d:
+            lo, hi = self._indptr[cur], self._indptr[cur + 1]
+            nbrs = self._nbr[lo:hi]
+            closer = np.flatnonzero(dist[nbrs] == dist[cur] - 1)
+            if closer.size > 1:
+                closer = closer[np.argsort(self._rank[nbrs[closer]], kind="stable")]
+                salt = repr((src, dst, self.nodes[cur])).encode("utf-8")
+                pick = closer[zlib.crc32(salt) % closer.size]
+            else:
+                pick = closer[0]
+            links.append(self._nbr_link[lo + pick])
+            cur = int(nbrs[pick])
+            nodes.append(cur)
+        link_array = np.array(links, dtype=np.intp)
+        link_array.flags.writeable = False
+        return Route(tuple(self.nodes[i] for i in nodes), link_array)
