@@ -208,23 +208,30 @@ def normalize_indices(
 
 
 def _normalize_array(arr: np.ndarray, steps: int) -> tuple[np.ndarray, int, int]:
-    if arr.dtype == np.bool_:
+    kind = arr.dtype.kind
+    if kind == "b":
         if arr.shape != (steps,):
             raise ConduitError(f"a boolean selection must have shape ({steps},), got {arr.shape}")
         idx = np.flatnonzero(arr)
         return idx, int(idx.size), 0
     if arr.ndim != 1:
         arr = arr.reshape(-1)
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+    size = arr.size
+    if size == 0:
+        return arr.astype(np.intp), 0, 0
+    if kind not in "iu":
         raise ConduitError(f"selection indices must be integers, got dtype {arr.dtype}")
     arr = arr.astype(np.intp, copy=False)
-    if arr.size == 0:
-        return arr, 0, 0
-    if arr.min() >= 0 and arr.max() < steps:
-        return arr, int(arr.size), 0
+    if size <= 16:  # tiny selections (replay batches): Python's min/max beat numpy's overhead
+        values = arr.tolist()
+        in_range = min(values) >= 0 and max(values) < steps
+    else:  # negatives wrap to huge unsigned values, so one reduction checks both ends
+        in_range = int(arr.view(np.uintp).max()) < steps
+    if in_range:
+        return arr, size, 0
     ok = (arr >= 0) & (arr < steps)
     good = arr[ok]
-    return good, int(good.size), int(arr.size - good.size)
+    return good, int(good.size), size - int(good.size)
 
 
 def checksum_bytes(

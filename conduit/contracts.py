@@ -116,11 +116,11 @@ class _Unlimited:
         limit = self.max_uses  # type: ignore[attr-defined]
         return None if limit is None else max(0, limit - uses)
 
-    def can_insert(self, n: int, inserted: int, sampled: int) -> bool:  # noqa: ARG002
+    def can_insert(self, n: int, inserted: int, sampled: int) -> bool:
         """No insert rate limit."""
         return True
 
-    def can_sample(self, n: int, inserted: int, sampled: int) -> bool:  # noqa: ARG002
+    def can_sample(self, n: int, inserted: int, sampled: int) -> bool:
         """No sample rate limit."""
         return True
 
@@ -290,15 +290,15 @@ class Replay:
         """Sampling is with replacement: a batch may carry a sample twice."""
         return True
 
-    def admits(self, version: int, update: int) -> bool:  # noqa: ARG002
+    def admits(self, version: int, update: int) -> bool:
         """Off-policy: any version may be sampled."""
         return True
 
-    def min_version(self, update: int) -> int | None:  # noqa: ARG002
+    def min_version(self, update: int) -> int | None:
         """No version cut-off; age is bounded by ``capacity`` instead."""
         return None
 
-    def deliveries_allowed(self, uses: int) -> int | None:  # noqa: ARG002
+    def deliveries_allowed(self, uses: int) -> int | None:
         """No per-sample limit."""
         return None
 

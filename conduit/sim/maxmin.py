@@ -30,7 +30,8 @@ only the rates in its component can change, so the network re-solves only that.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -109,10 +110,7 @@ def progressive_filling_reference(
                 rates[i] += step
                 for link in links:
                     remaining[link] -= step
-        saturated = [
-            count[link] > 0 and remaining[link] <= rtol * capacity[link]
-            for link in range(len(remaining))
-        ]
+        saturated = [count[link] > 0 and remaining[link] <= rtol * capacity[link] for link in range(len(remaining))]
         for i, links in enumerate(flow_links):
             if not frozen[i] and any(saturated[link] for link in links):
                 frozen[i] = True
@@ -150,13 +148,55 @@ def component(
     return flow_in, link_in
 
 
+class Resolve(NamedTuple):
+    """The outcome of re-solving one component."""
+
+    flows: np.ndarray  # ids of the flows in the component
+    links: np.ndarray  # ids of its links (the seed links included)
+    rates: np.ndarray  # the new rate of each of ``flows``
+    link_rates: np.ndarray  # the new total rate on each of ``links``
+
+
+Solver = Callable[[np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
+
+
+def resolve_component(
+    flows: np.ndarray,
+    links: np.ndarray,
+    seed_links: np.ndarray,
+    capacity: np.ndarray,
+    n_flows: int,
+    *,
+    solver: Solver = max_min_rates,
+) -> Resolve:
+    """Re-solve only what a change at ``seed_links`` can disturb.
+
+    Finds the :func:`component` of ``seed_links`` in the incidence
+    ``(flows, links)`` (ids below ``n_flows`` and ``capacity.size``), renumbers
+    it densely and runs ``solver`` (same signature as :func:`max_min_rates`) on
+    it alone. Every flow outside the component keeps its rate: none of its links
+    is shared with a flow inside.
+    """
+    flow_in, link_in = component(flows, links, seed_links, n_flows, capacity.size)
+    comp_flows = np.flatnonzero(flow_in)
+    comp_links = np.flatnonzero(link_in)
+    entries = flow_in[flows]
+    local_flow = np.empty(n_flows, dtype=np.intp)
+    local_flow[comp_flows] = np.arange(comp_flows.size)
+    local_link = np.empty(capacity.size, dtype=np.intp)
+    local_link[comp_links] = np.arange(comp_links.size)
+    lf = local_flow[flows[entries]]
+    ll = local_link[links[entries]]
+    rates = solver(lf, ll, capacity[comp_links], comp_flows.size) if comp_flows.size else np.zeros(0)
+    link_rates = np.bincount(ll, weights=rates[lf], minlength=comp_links.size)
+    return Resolve(comp_flows, comp_links, rates, link_rates)
+
+
 def incidence(flow_links: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """The ``(flows, links)`` index arrays of per-flow link lists."""
     lengths = [len(links) for links in flow_links]
     flows = np.repeat(np.arange(len(flow_links), dtype=np.intp), lengths)
     links = (
-        np.concatenate([np.asarray(x, dtype=np.intp) for x in flow_links])
-        if flows.size
-        else np.zeros(0, dtype=np.intp)
+        np.concatenate([np.asarray(x, dtype=np.intp) for x in flow_links]) if flows.size else np.zeros(0, dtype=np.intp)
     )
     return flows, links

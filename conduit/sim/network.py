@@ -199,8 +199,12 @@ class Network:
         self._integrate_links(np.arange(self.bandwidth.size))
         return {
             (u, v): LinkStats(
-                u, v, float(self.bandwidth[i]), float(self.latency[i]),
-                float(self._link_bytes[i]), float(self._link_busy[i]),
+                u,
+                v,
+                float(self.bandwidth[i]),
+                float(self.latency[i]),
+                float(self._link_bytes[i]),
+                float(self._link_busy[i]),
             )
             for i, (u, v) in enumerate(self.router.links)
         }
@@ -238,12 +242,8 @@ class Network:
         if not seeds:
             return
         seed = np.unique(np.concatenate(seeds))
-        n_slots = len(self._xfer)
-        flow_in, link_in = maxmin.component(
-            self._ent_flow, self._ent_link, seed, n_slots, self.bandwidth.size
-        )
-        flows = np.flatnonzero(flow_in)
-        links = np.flatnonzero(link_in)
+        change = maxmin.resolve_component(self._ent_flow, self._ent_link, seed, self.bandwidth, len(self._xfer))
+        flows, links = change.flows, change.links
 
         # Lazy progress: the old rates held from t_last until now.
         sent = (now - self._t_last[flows]) * self._rate[flows]
@@ -251,22 +251,11 @@ class Network:
         self._t_last[flows] = now
         self._integrate_links(links)
 
-        entries = flow_in[self._ent_flow]
-        ent_flow = self._ent_flow[entries]
-        ent_link = self._ent_link[entries]
-        local_flow = np.empty(n_slots, dtype=np.intp)
-        local_flow[flows] = np.arange(flows.size)
-        local_link = np.empty(self.bandwidth.size, dtype=np.intp)
-        local_link[links] = np.arange(links.size)
-        lf, ll = local_flow[ent_flow], local_link[ent_link]
         if flows.size:
-            rates = maxmin.max_min_rates(lf, ll, self.bandwidth[links], flows.size)
             self.resolves += 1
-            self._rate[flows] = rates
-            self._t_finish[flows] = now + self._remaining[flows] / rates
-            self._link_rate[links] = np.bincount(ll, weights=rates[lf], minlength=links.size)
-        else:
-            self._link_rate[links] = 0.0
+        self._rate[flows] = change.rates
+        self._t_finish[flows] = now + self._remaining[flows] / change.rates
+        self._link_rate[links] = change.link_rates
         self._arm()
 
     def _admit(self, started: list[Transfer]) -> np.ndarray:
@@ -318,9 +307,7 @@ class Network:
         self._armed_at = None
         now = self.env.now
         left = self._remaining - (now - self._t_last) * self._rate
-        done = (self._t_finish <= now) | (
-            np.isfinite(self._t_finish) & (left <= COMPLETION_RTOL * self._nbytes)
-        )
+        done = (self._t_finish <= now) | (np.isfinite(self._t_finish) & (left <= COMPLETION_RTOL * self._nbytes))
         slots = np.flatnonzero(done)
         if not slots.size:
             self._arm()

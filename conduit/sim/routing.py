@@ -53,8 +53,7 @@ class Router:
             raise ConduitError(f"graph: expected a networkx.Graph, got {type(graph).__name__}")
         if graph.is_directed():
             raise ConduitError(
-                "graph: directed graphs are not supported; links are full duplex, "
-                "so give an undirected networkx.Graph"
+                "graph: directed graphs are not supported; links are full duplex, so give an undirected networkx.Graph"
             )
         if graph.is_multigraph():
             raise ConduitError("graph: multigraphs are not supported; merge parallel links into one edge")
@@ -75,9 +74,7 @@ class Router:
         self._nbr = heads[order]  # CSR adjacency: neighbours of node i ...
         self._nbr_link = order.astype(np.intp)  # ... and the directed link to each
         self._indptr = np.concatenate(([0], np.cumsum(np.bincount(tails, minlength=n))))
-        self._adjacency = csr_matrix(
-            (np.ones(len(self.links)), (tails, heads)), shape=(n, n)
-        )
+        self._adjacency = csr_matrix((np.ones(len(self.links)), (tails, heads)), shape=(n, n))
         ranks = sorted(range(n), key=lambda i: (type(self.nodes[i]).__name__, repr(self.nodes[i])))
         self._rank = np.empty(n, dtype=np.intp)
         self._rank[ranks] = np.arange(n)

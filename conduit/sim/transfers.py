@@ -35,9 +35,7 @@ def simulate_transfers(topology: Any, transfers: Iterable[Mapping[str, Any]]) ->
     return times
 
 
-def run_transfers(
-    topology: Any, transfers: Iterable[Mapping[str, Any]]
-) -> tuple[list[float], Network]:
+def run_transfers(topology: Any, transfers: Iterable[Mapping[str, Any]]) -> tuple[list[float], Network]:
     """Like :func:`simulate_transfers`, also returning the :class:`Network` it ran."""
     graph = _graph_of(topology)
     env = simpy.Environment()
@@ -70,10 +68,7 @@ def _graph_of(topology: Any) -> nx.Graph:
     graph = getattr(topology, "graph", None)
     if isinstance(graph, nx.Graph):
         return graph
-    raise ConduitError(
-        "topology: expected a Topology, a YAML path or a networkx.Graph, "
-        f"got {type(topology).__name__}"
-    )
+    raise ConduitError(f"topology: expected a Topology, a YAML path or a networkx.Graph, got {type(topology).__name__}")
 
 
 def _number(value: Any, field: str, unit: str) -> float:

@@ -1,0 +1,760 @@
+"""The auditor: watches a plane's event stream and counts data-contract violations.
+
+Both backends (the SimPy simulator and the real runtime) report what happens to experience as a
+stream of events, and one :class:`Auditor` checks that stream against the workload's contract
+(:mod:`conduit.contracts`) and the hardware's capacities. It imports neither backend, nor SimPy nor
+torch: it sees only chunk metadata, sample selections, tier names, byte counts and checksums.
+
+The event vocabulary (:class:`EventKind`) follows a chunk through the plane:
+
+* ``INGESTED`` — an actor handed a chunk over; its samples now exist.
+* ``PLACED`` / ``MOVED`` — bytes of a chunk occupy a tier / moved from one tier to another.
+* ``EVICTED`` — with a tier: the chunk's bytes left that tier. Without one: the chunk left the
+  plane entirely and may never be delivered again.
+* ``DELIVERED`` — samples reached update *k* (one delivery may be one minibatch or epoch).
+* ``CONSUMED`` — update *k* finished using its data; for :class:`~conduit.contracts.OnPolicy`
+  this is when every version-*k* sample must have been delivered to it or dropped.
+* ``DROPPED`` — the plane discarded samples on purpose, with a reason (``"stale"``,
+  ``"producer-died"``...). A drop is counted, never a violation; a dropped sample may not be
+  delivered afterwards.
+
+Hot paths call the direct methods (:meth:`Auditor.ingested`, :meth:`Auditor.delivered`, ...),
+which allocate no event objects; :meth:`Auditor.observe` accepts a :class:`PlaneEvent` for
+recorded or streamed events.
+
+**What is counted, in which unit** (:class:`ViolationKind`):
+
+* ``stale`` (samples) — delivered to an update the contract does not admit their version to.
+* ``duplicated`` (samples) — repeated inside one delivery where the contract forbids it
+  (OnPolicy, BoundedStaleness), delivered to a second update under OnPolicy, or ingested under a
+  chunk id that already exists.
+* ``over_reused`` (samples) — BoundedStaleness: delivered into more than ``max_reuse`` updates.
+  A *use* is one update: several deliveries of a sample to the same update (epochs, minibatches)
+  are one use, under OnPolicy and BoundedStaleness alike.
+* ``lost`` (samples) — OnPolicy and BoundedStaleness: never delivered and never dropped, and no
+  longer deliverable. Counted as soon as that is certain: when the chunk leaves the plane, when
+  update *k* is consumed (OnPolicy, version-*k* samples), or at :meth:`Auditor.finish` for chunks
+  that are no longer resident in any tier, and, under OnPolicy, for chunks whose version belongs
+  to an update already consumed (they can never be delivered validly).
+* ``evicted_then_sampled`` (samples) — delivered after their chunk left the plane or after they
+  were dropped.
+* ``ratio_out_of_band`` (excursions) — Replay: the cumulative sampled/inserted counts left the
+  rate band (or sampling started before warm-up). One violation per excursion: counted when the
+  stream leaves the band, not again until it has come back; ``out_of_band_events`` in the report
+  counts every ingestion or delivery that ended outside.
+* ``capacity_exceeded`` (events) — a placement or move that leaves a tier's occupancy above its
+  capacity (evict first, then place); and, for Replay, a delivery made while the buffer holds more
+  live steps than the contract's ``capacity``.
+* ``bytes_changed`` (chunk deliveries) — a checksum supplied with a delivery differs from the one
+  the chunk was ingested with (only when both are known).
+* ``unknown_sample`` (samples) — delivery of a chunk never ingested, or of an index outside it.
+
+Each delivered sample is checked against every rule, so one bad delivery may count under two
+kinds when both are true (an OnPolicy sample delivered to a second, later update is ``duplicated``
+and ``stale``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from conduit.chunk import Chunk, normalize_indices, selection_size
+from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Replay
+from conduit.errors import ConduitError
+
+MAX_EXAMPLES = 5
+"""Example messages kept per violation kind."""
+
+_NEVER = np.iinfo(np.int64).min  # "no update yet" in a chunk's last-update array
+
+
+class EventKind(str, Enum):
+    """What happened to experience in the plane."""
+
+    INGESTED = "ingested"
+    PLACED = "placed"
+    MOVED = "moved"
+    DELIVERED = "delivered"
+    CONSUMED = "consumed"
+    EVICTED = "evicted"
+    DROPPED = "dropped"
+
+
+class ViolationKind(str, Enum):
+    """A way of breaking a data contract or a capacity (see the module doc for units)."""
+
+    LOST = "lost"
+    DUPLICATED = "duplicated"
+    STALE = "stale"
+    OVER_REUSED = "over_reused"
+    EVICTED_THEN_SAMPLED = "evicted_then_sampled"
+    RATIO_OUT_OF_BAND = "ratio_out_of_band"
+    CAPACITY_EXCEEDED = "capacity_exceeded"
+    BYTES_CHANGED = "bytes_changed"
+    UNKNOWN_SAMPLE = "unknown_sample"
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneEvent:
+    """One event of the plane's stream; each kind uses the fields its direct method takes.
+
+    ``INGESTED``: ``chunk``. ``PLACED``: ``chunk_id, tier, nbytes``. ``MOVED``: ``chunk_id,
+    src_tier, dst_tier, nbytes``. ``DELIVERED``: ``update, selections`` and optional
+    ``checksums``. ``CONSUMED``: ``update``. ``EVICTED``: ``chunk_id`` and optional ``tier``.
+    ``DROPPED``: ``chunk_id, reason`` and optional ``indices``.
+    """
+
+    kind: EventKind
+    t: float
+    chunk_id: Hashable | None = None
+    chunk: Chunk | None = None
+    tier: str | None = None
+    src_tier: str | None = None
+    dst_tier: str | None = None
+    nbytes: int = 0
+    update: int | None = None
+    selections: Iterable[tuple[Hashable, Any]] | None = None
+    checksums: Mapping[Hashable, int] | None = None
+    reason: str | None = None
+    indices: Any = None
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What the auditor has seen so far, and what it found.
+
+    ``violations`` is the total over ``by_kind`` (every kind present, zero or not); ``examples``
+    holds the first few messages per kind, each naming chunk, indices and update.
+    """
+
+    contract: dict[str, Any]
+    violations: int
+    by_kind: dict[str, int]
+    examples: dict[str, list[str]]
+    ingested_chunks: int
+    ingested_samples: int
+    ingested_bytes: int
+    deliveries: int
+    delivered_samples: int
+    delivered_bytes: int
+    dropped_samples: dict[str, int]
+    updates_consumed: int
+    unused_resident_samples: int
+    checksums_verified: int
+    out_of_band_events: int
+    peak_occupancy: dict[str, int]
+    finished: bool
+    t: float
+
+    @property
+    def ok(self) -> bool:
+        """No violation of any kind."""
+        return self.violations == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (plain dicts, lists, ints and strings)."""
+        return {
+            "contract": dict(self.contract),
+            "violations": self.violations,
+            "by_kind": dict(self.by_kind),
+            "examples": {k: list(v) for k, v in self.examples.items()},
+            "ingested_chunks": self.ingested_chunks,
+            "ingested_samples": self.ingested_samples,
+            "ingested_bytes": self.ingested_bytes,
+            "deliveries": self.deliveries,
+            "delivered_samples": self.delivered_samples,
+            "delivered_bytes": self.delivered_bytes,
+            "dropped_samples": dict(self.dropped_samples),
+            "updates_consumed": self.updates_consumed,
+            "unused_resident_samples": self.unused_resident_samples,
+            "checksums_verified": self.checksums_verified,
+            "out_of_band_events": self.out_of_band_events,
+            "peak_occupancy": dict(self.peak_occupancy),
+            "finished": self.finished,
+            "t": self.t,
+        }
+
+    def summary(self) -> str:
+        """One line: total and the non-zero kinds."""
+        bad = ", ".join(f"{k}={v}" for k, v in self.by_kind.items() if v)
+        return f"{self.violations} violations" + (f" ({bad})" if bad else "")
+
+
+class _ChunkState:
+    """Per-chunk bookkeeping: metadata plus per-sample numpy counters (no payload kept)."""
+
+    __slots__ = (
+        "bytes_per_step",
+        "checksum",
+        "dropped",
+        "id",
+        "last_update",
+        "n_dropped",
+        "removed",
+        "settled",
+        "steps",
+        "uses",
+        "version",
+    )
+
+    def __init__(self, chunk: Chunk, tracked: bool):
+        self.id = chunk.id
+        self.version = int(chunk.policy_version)
+        self.steps = int(chunk.steps)
+        self.checksum = chunk.checksum
+        self.bytes_per_step = chunk.nbytes / chunk.steps
+        # uses[i]: updates sample i went into; last_update[i]: the latest of them
+        self.uses = np.zeros(self.steps, np.int32) if tracked else None
+        self.last_update = np.full(self.steps, _NEVER, np.int64) if tracked else None
+        self.dropped: np.ndarray | None = None  # allocated on the first drop
+        self.n_dropped = 0
+        self.removed = False  # left the plane (evicted without a tier)
+        self.settled = False  # lost-sample accounting done
+
+    def unused_mask(self) -> np.ndarray:
+        """Samples never delivered and never dropped."""
+        mask = self.uses == 0
+        if self.n_dropped:
+            mask &= ~self.dropped
+        return mask
+
+
+def _describe(idx: slice | np.ndarray) -> str:
+    if isinstance(idx, slice):
+        return f"[{idx.start}:{idx.stop}]" if idx.step in (None, 1) else f"[{idx}]"
+    shown = ", ".join(str(int(i)) for i in idx[:6])
+    return f"[{shown}{', ...' if idx.size > 6 else ''}]"
+
+
+class Auditor:
+    """Checks a plane's event stream against a data contract and tier capacities.
+
+    ``tier_capacities`` maps tier names (as used in ``placed``/``moved``/``evicted``) to bytes;
+    tiers not listed are tracked but unbounded. :meth:`report` may be read at any time;
+    :meth:`finish` closes out the lost-sample checks and freezes the auditor.
+    """
+
+    def __init__(self, contract: Contract, tier_capacities: Mapping[str, int] | None = None):
+        if not isinstance(contract, OnPolicy | BoundedStaleness | Replay):
+            raise ConduitError(f"auditor: unknown contract {contract!r}")
+        self.contract = contract
+        self.tier_capacities: dict[str, int] = dict(tier_capacities or {})
+        self._admits = contract.admits
+        self._max_uses = contract.max_uses
+        self._tracked = contract.max_uses is not None
+        self._no_repeats = not contract.repeats_in_delivery
+        self._reuse_kind = (
+            ViolationKind.DUPLICATED if isinstance(contract, OnPolicy) else ViolationKind.OVER_REUSED
+        )
+        self._on_policy = isinstance(contract, OnPolicy)
+        self._replay = contract if isinstance(contract, Replay) else None
+
+        self._chunks: dict[Hashable, _ChunkState] = {}
+        self._by_version: dict[int, list[_ChunkState]] = {}
+        self._residency: dict[Hashable, dict[str, int]] = {}
+        self._occupancy: dict[str, int] = {}
+        self._peak: dict[str, int] = {}
+
+        self._counts = dict.fromkeys(ViolationKind, 0)
+        self._examples: dict[ViolationKind, list[str]] = {k: [] for k in ViolationKind}
+        self._ingested_chunks = 0
+        self._ingested_samples = 0
+        self._ingested_bytes = 0
+        self._deliveries = 0
+        self._delivered_samples = 0
+        self._delivered_bytes = 0.0
+        self._dropped: dict[str, int] = {}
+        self._updates_consumed = 0
+        self._max_consumed: int | None = None
+        self._unused_resident = 0
+        self._checksums_verified = 0
+        self._t = 0.0
+
+        # Replay rate limiter state (cumulative steps)
+        self._inserted = 0
+        self._sampled = 0
+        self._live_steps = 0
+        self._in_band = True
+        self._out_of_band_events = 0
+
+        self._final: AuditReport | None = None
+
+    # --- recording ----------------------------------------------------------------------------
+
+    def _violate(self, kind: ViolationKind, count: int, message: str | None = None) -> None:
+        self._counts[kind] += count
+        examples = self._examples[kind]
+        if message is not None and len(examples) < MAX_EXAMPLES:
+            examples.append(message)
+
+    def _wants_example(self, kind: ViolationKind) -> bool:
+        return len(self._examples[kind]) < MAX_EXAMPLES
+
+    def _check_open(self) -> None:
+        if self._final is not None:
+            raise ConduitError("auditor: event after finish()")
+
+    # --- events -------------------------------------------------------------------------------
+
+    def observe(self, event: PlaneEvent) -> None:
+        """Apply one recorded event (same effect as the matching direct method)."""
+        kind = EventKind(event.kind)
+        t = event.t
+        if kind is EventKind.INGESTED:
+            if event.chunk is None:
+                raise ConduitError("auditor: INGESTED event without a chunk")
+            self.ingested(event.chunk, t)
+        elif kind is EventKind.PLACED:
+            self.placed(event.chunk_id, _need(event.tier, "tier"), event.nbytes, t)
+        elif kind is EventKind.MOVED:
+            self.moved(
+                event.chunk_id,
+                _need(event.src_tier, "src_tier"),
+                _need(event.dst_tier, "dst_tier"),
+                event.nbytes,
+                t,
+            )
+        elif kind is EventKind.DELIVERED:
+            self.delivered(
+                _need(event.update, "update"), event.selections or (), t, event.checksums
+            )
+        elif kind is EventKind.CONSUMED:
+            self.consumed(_need(event.update, "update"), t)
+        elif kind is EventKind.EVICTED:
+            self.evicted(event.chunk_id, t, event.tier)
+        else:
+            self.dropped(event.chunk_id, t, _need(event.reason, "reason"), event.indices)
+
+    def ingested(self, chunk: Chunk, t: float) -> None:
+        """An actor handed ``chunk`` over; its samples now exist."""
+        self._check_open()
+        self._t = t
+        cid = chunk.id
+        if cid in self._chunks:
+            self._violate(
+                ViolationKind.DUPLICATED,
+                chunk.steps,
+                f"chunk {cid!r} ingested twice (t={t:g}); the second copy's "
+                f"{chunk.steps} samples are duplicates",
+            )
+            return
+        state = _ChunkState(chunk, self._tracked)
+        self._chunks[cid] = state
+        self._ingested_chunks += 1
+        self._ingested_samples += state.steps
+        self._ingested_bytes += chunk.nbytes
+        if self._on_policy:
+            self._by_version.setdefault(state.version, []).append(state)
+        if self._replay is not None:
+            self._inserted += state.steps
+            self._live_steps += state.steps
+            self._check_rate(t, f"ingestion of chunk {cid!r}")
+
+    def placed(self, chunk_id: Hashable, tier: str, nbytes: int, t: float) -> None:
+        """``nbytes`` of the chunk now occupy ``tier`` (added to what it already holds there)."""
+        self._check_open()
+        self._t = t
+        tiers = self._residency.get(chunk_id)
+        if tiers is None:
+            tiers = self._residency[chunk_id] = {}
+        tiers[tier] = tiers.get(tier, 0) + nbytes
+        self._occupy(tier, nbytes, chunk_id, t, "placed")
+
+    def moved(
+        self, chunk_id: Hashable, src_tier: str, dst_tier: str, nbytes: int, t: float
+    ) -> None:
+        """The chunk left ``src_tier`` (all it held there) and ``nbytes`` of it occupy ``dst_tier``."""
+        self._check_open()
+        self._t = t
+        tiers = self._residency.get(chunk_id)
+        if tiers is None:
+            tiers = self._residency[chunk_id] = {}
+        held = tiers.pop(src_tier, None)
+        if held is not None:
+            self._occupancy[src_tier] -= held
+        tiers[dst_tier] = tiers.get(dst_tier, 0) + nbytes
+        self._occupy(dst_tier, nbytes, chunk_id, t, f"moved from {src_tier!r}")
+
+    def _occupy(self, tier: str, nbytes: int, chunk_id: Hashable, t: float, how: str) -> None:
+        occ = self._occupancy.get(tier, 0) + nbytes
+        self._occupancy[tier] = occ
+        if occ > self._peak.get(tier, 0):
+            self._peak[tier] = occ
+        cap = self.tier_capacities.get(tier)
+        if cap is not None and occ > cap:
+            self._violate(
+                ViolationKind.CAPACITY_EXCEEDED,
+                1,
+                f"tier {tier!r} holds {occ} B > capacity {cap} B after chunk {chunk_id!r} "
+                f"({nbytes} B) was {how} at t={t:g}",
+            )
+
+    def delivered(
+        self,
+        update: int,
+        selections: Iterable[tuple[Hashable, Any]],
+        t: float,
+        checksums: Mapping[Hashable, int] | None = None,
+    ) -> None:
+        """Samples reached update ``update``: ``selections`` are ``(chunk_id, indices)`` pairs.
+
+        ``checksums`` optionally maps chunk ids to the checksum of the bytes as delivered.
+        """
+        self._check_open()
+        self._t = t
+        self._deliveries += 1
+        chunks = self._chunks
+        admits = self._admits
+        tracked = self._tracked
+        no_repeats = self._no_repeats
+        seen: dict[Hashable, list] | None = {} if no_repeats else None
+        total = 0
+        nbytes = 0.0
+        for cid, indices in selections:
+            st = chunks.get(cid)
+            if st is None:
+                self._unknown_chunk(cid, indices, update, t)
+                continue
+            idx, n, bad = normalize_indices(indices, st.steps)
+            if bad:
+                self._violate(
+                    ViolationKind.UNKNOWN_SAMPLE,
+                    bad,
+                    f"{bad} indices outside chunk {cid!r} (steps={st.steps}) delivered to "
+                    f"update {update} at t={t:g}",
+                )
+            if n == 0:
+                continue
+            total += n
+            nbytes += n * st.bytes_per_step
+            if st.removed or st.n_dropped:
+                self._deliver_gone(st, idx, n, update, t)
+            if not admits(st.version, update):
+                self._stale(st, idx, n, update, t)
+            if st.removed:
+                continue  # its per-sample counters are freed; nothing more to check
+            if no_repeats:
+                self._repeats(st, idx, n, seen, update, t)
+            if tracked:
+                self._use(st, idx, n, update, t)
+        self._delivered_samples += total
+        self._delivered_bytes += nbytes
+        if checksums:
+            self._verify(checksums, update, t)
+        replay = self._replay
+        if replay is not None:
+            self._sampled += total
+            self._check_rate(t, f"delivery to update {update}")
+            if self._live_steps > replay.capacity:
+                self._violate(
+                    ViolationKind.CAPACITY_EXCEEDED,
+                    1,
+                    f"update {update} sampled at t={t:g} from a buffer holding "
+                    f"{self._live_steps} live steps > Replay.capacity {replay.capacity}",
+                )
+
+    def _unknown_chunk(self, cid: Hashable, indices: Any, update: int, t: float) -> None:
+        try:
+            n = max(1, selection_size(indices))
+        except ConduitError:
+            n = 1
+        self._violate(
+            ViolationKind.UNKNOWN_SAMPLE,
+            n,
+            f"chunk {cid!r} was never ingested but {n} of its samples were delivered to "
+            f"update {update} at t={t:g}",
+        )
+
+    def _deliver_gone(
+        self, st: _ChunkState, idx: slice | np.ndarray, n: int, update: int, t: float
+    ) -> None:
+        gone = n if st.removed else int(np.count_nonzero(st.dropped[idx]))
+        if gone:
+            what = "left the plane" if st.removed else "were dropped"
+            self._violate(
+                ViolationKind.EVICTED_THEN_SAMPLED,
+                gone,
+                f"{gone} samples of chunk {st.id!r} {_describe(idx)} {what} before being "
+                f"delivered to update {update} at t={t:g}",
+            )
+
+    def _stale(
+        self, st: _ChunkState, idx: slice | np.ndarray, n: int, update: int, t: float
+    ) -> None:
+        message = None
+        if self._wants_example(ViolationKind.STALE):
+            rule = (
+                f"only version {update}"
+                if self._on_policy
+                else f"versions >= {self.contract.min_version(update)}"
+            )
+            message = (
+                f"chunk {st.id!r} {_describe(idx)} (version {st.version}) delivered to "
+                f"update {update} at t={t:g}; {self.contract.kind} admits {rule}"
+            )
+        self._violate(ViolationKind.STALE, n, message)
+
+    def _repeats(
+        self,
+        st: _ChunkState,
+        idx: slice | np.ndarray,
+        n: int,
+        seen: dict[Hashable, list],
+        update: int,
+        t: float,
+    ) -> None:
+        """Samples carried twice by one delivery (across or within its selections)."""
+        prior = seen.get(st.id)
+        if prior is None:
+            seen[st.id] = [idx]
+            if isinstance(idx, slice):
+                return  # a slice names each sample once
+            mask = np.zeros(st.steps, np.bool_)
+            mask[idx] = True
+            repeated = n - int(np.count_nonzero(mask))
+        else:
+            mask = np.zeros(st.steps, np.bool_)
+            for p in prior:
+                mask[p] = True
+            already = mask[idx]
+            repeated = int(np.count_nonzero(already))
+            fresh = idx
+            if repeated:
+                as_array = np.arange(st.steps)[idx] if isinstance(idx, slice) else idx
+                fresh = as_array[~already]
+            if not isinstance(fresh, slice):
+                before = int(np.count_nonzero(mask))
+                mask[fresh] = True
+                repeated += fresh.size - (int(np.count_nonzero(mask)) - before)
+            prior.append(idx)
+        if repeated:
+            self._violate(
+                ViolationKind.DUPLICATED,
+                repeated,
+                f"{repeated} samples of chunk {st.id!r} {_describe(idx)} repeated within "
+                f"one delivery to update {update} at t={t:g}",
+            )
+
+    def _use(self, st: _ChunkState, idx: slice | np.ndarray, n: int, update: int, t: float) -> None:
+        """Count a new use for samples not yet delivered to this update; flag excess reuse."""
+        limit = self._max_uses
+        if isinstance(idx, slice):
+            last = st.last_update[idx]  # a view
+            new = last != update
+            k = int(np.count_nonzero(new))
+            if not k:
+                return
+            uses = st.uses[idx]  # a view
+            uses += new
+            over = uses > limit
+            if k != n:
+                over &= new
+            excess = int(np.count_nonzero(over))
+            last[...] = update
+        else:
+            last = st.last_update[idx]
+            new = last != update
+            k = int(np.count_nonzero(new))
+            if not k:
+                return
+            uses = st.uses[idx] + new
+            st.uses[idx] = uses
+            excess = int(np.count_nonzero((uses > limit) & new))
+            st.last_update[idx] = update
+        if excess:
+            kind = self._reuse_kind
+            message = None
+            if self._wants_example(kind):
+                message = (
+                    f"{excess} samples of chunk {st.id!r} {_describe(idx)} delivered to "
+                    f"update {update} at t={t:g} after being used in {limit} other update(s)"
+                )
+            self._violate(kind, excess, message)
+
+    def _verify(self, checksums: Mapping[Hashable, int], update: int, t: float) -> None:
+        chunks = self._chunks
+        for cid, got in checksums.items():
+            st = chunks.get(cid)
+            if st is None or st.checksum is None or got is None:
+                continue
+            self._checksums_verified += 1
+            if got != st.checksum:
+                self._violate(
+                    ViolationKind.BYTES_CHANGED,
+                    1,
+                    f"chunk {cid!r} delivered to update {update} at t={t:g} with checksum "
+                    f"{got:#010x}, ingested with {st.checksum:#010x}",
+                )
+
+    def _check_rate(self, t: float, cause: str) -> None:
+        replay = self._replay
+        ok = replay.in_band(self._inserted, self._sampled)
+        if not ok:
+            self._out_of_band_events += 1
+            if self._in_band:
+                if self._inserted < replay.min_size:
+                    why = f"sampling before warm-up (min_size {replay.min_size})"
+                else:
+                    err = replay.rate_error(self._inserted, self._sampled)
+                    why = f"rate error {err:+g} steps outside ±{replay.tolerance:g}"
+                self._violate(
+                    ViolationKind.RATIO_OUT_OF_BAND,
+                    1,
+                    f"{cause} at t={t:g} left the rate band: inserted={self._inserted}, "
+                    f"sampled={self._sampled}, replay_ratio={replay.replay_ratio:g}; {why}",
+                )
+        self._in_band = ok
+
+    def consumed(self, update: int, t: float) -> None:
+        """Update ``update`` finished using its data (OnPolicy: its samples are now settled)."""
+        self._check_open()
+        self._t = t
+        self._updates_consumed += 1
+        if self._max_consumed is None or update > self._max_consumed:
+            self._max_consumed = update
+        if self._on_policy:
+            for st in self._by_version.pop(update, ()):
+                if not st.settled and not st.removed:
+                    self._settle(st, f"update {update} was consumed at t={t:g}")
+
+    def evicted(self, chunk_id: Hashable, t: float, tier: str | None = None) -> None:
+        """The chunk's bytes left ``tier``; with no tier, the chunk left the plane entirely."""
+        self._check_open()
+        self._t = t
+        tiers = self._residency.get(chunk_id)
+        if tier is not None:
+            if tiers is not None and tier in tiers:
+                self._occupancy[tier] -= tiers.pop(tier)
+            return
+        if tiers:
+            for name, held in tiers.items():
+                self._occupancy[name] -= held
+            tiers.clear()
+        st = self._chunks.get(chunk_id)
+        if st is None or st.removed:
+            return
+        if self._tracked and not st.settled:
+            self._settle(st, f"it left the plane at t={t:g}")
+        self._live_steps -= st.steps - st.n_dropped
+        st.removed = True
+        st.uses = st.last_update = st.dropped = None  # free the per-sample counters
+
+    def dropped(
+        self, chunk_id: Hashable, t: float, reason: str, indices: Any = None
+    ) -> None:
+        """The plane discarded samples on purpose (all of the chunk when ``indices`` is None)."""
+        self._check_open()
+        self._t = t
+        st = self._chunks.get(chunk_id)
+        if st is None:
+            n = 0
+            if indices is not None:
+                try:
+                    n = selection_size(indices)
+                except ConduitError:
+                    n = 0
+            self._dropped[reason] = self._dropped.get(reason, 0) + n
+            return
+        if st.removed:
+            return  # already gone; nothing left to drop
+        if indices is None:
+            idx: slice | np.ndarray = slice(0, st.steps)
+        else:
+            idx, _, _ = normalize_indices(indices, st.steps)
+        if st.dropped is None:
+            st.dropped = np.zeros(st.steps, np.bool_)
+        st.dropped[idx] = True
+        now = int(np.count_nonzero(st.dropped))
+        newly = now - st.n_dropped
+        st.n_dropped = now
+        self._dropped[reason] = self._dropped.get(reason, 0) + newly
+        self._live_steps -= newly
+
+    # --- lost samples --------------------------------------------------------------------------
+
+    def _settle(self, st: _ChunkState, why: str) -> None:
+        """Close the chunk's books: its never-delivered, never-dropped samples are lost."""
+        st.settled = True
+        mask = st.unused_mask()
+        lost = int(np.count_nonzero(mask))
+        if lost:
+            message = None
+            if self._wants_example(ViolationKind.LOST):
+                first = np.flatnonzero(mask)
+                message = (
+                    f"{lost} samples of chunk {st.id!r} {_describe(first)} (version "
+                    f"{st.version}) were never delivered nor dropped, and {why}"
+                )
+            self._violate(ViolationKind.LOST, lost, message)
+
+    def _resident(self, cid: Hashable, st: _ChunkState) -> bool:
+        if st.removed:
+            return False
+        tiers = self._residency.get(cid)
+        return tiers is None or bool(tiers)  # never placed: still where ingestion put it
+
+    # --- results -------------------------------------------------------------------------------
+
+    def report(self) -> AuditReport:
+        """The counts so far (lost samples only where already certain; see :meth:`finish`)."""
+        if self._final is not None:
+            return self._final
+        return self._build(finished=False, unused_resident=0)
+
+    def finish(self, t: float) -> AuditReport:
+        """Close out the lost-sample checks and return the final report (idempotent)."""
+        if self._final is not None:
+            return self._final
+        self._t = max(self._t, t)
+        unused_resident = 0
+        if self._tracked:
+            cutoff = self._max_consumed if self._on_policy else None
+            for cid, st in self._chunks.items():
+                if st.settled or st.removed:
+                    continue
+                if cutoff is not None and st.version <= cutoff:
+                    self._settle(st, f"update {st.version} was already consumed at finish")
+                elif not self._resident(cid, st):
+                    self._settle(st, f"it is resident in no tier at finish (t={t:g})")
+                else:
+                    unused_resident += int(np.count_nonzero(st.unused_mask()))
+        self._final = self._build(finished=True, unused_resident=unused_resident)
+        return self._final
+
+    def _build(self, finished: bool, unused_resident: int) -> AuditReport:
+        by_kind = {k.value: v for k, v in self._counts.items()}
+        return AuditReport(
+            contract=self.contract.to_dict(),
+            violations=sum(by_kind.values()),
+            by_kind=by_kind,
+            examples={k.value: list(v) for k, v in self._examples.items()},
+            ingested_chunks=self._ingested_chunks,
+            ingested_samples=self._ingested_samples,
+            ingested_bytes=self._ingested_bytes,
+            deliveries=self._deliveries,
+            delivered_samples=self._delivered_samples,
+            delivered_bytes=round(self._delivered_bytes),
+            dropped_samples=dict(self._dropped),
+            updates_consumed=self._updates_consumed,
+            unused_resident_samples=unused_resident,
+            checksums_verified=self._checksums_verified,
+            out_of_band_events=self._out_of_band_events,
+            peak_occupancy=dict(self._peak),
+            finished=finished,
+            t=self._t,
+        )
+
+    def occupancy(self, tier: str) -> int:
+        """Bytes the event stream says ``tier`` holds now."""
+        return self._occupancy.get(tier, 0)
+
+
+def _need(value: Any, name: str) -> Any:
+    if value is None:
+        raise ConduitError(f"auditor: event is missing its {name!r} field")
+    return value

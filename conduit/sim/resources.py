@@ -1,0 +1,115 @@
+"""Contended resources besides the network: CPU cores, GPU compute engines and memory tiers.
+
+* :class:`CpuPool` — a node's cores. Serialization, deserialization, deep copies and per-sample
+  batch building take *core-seconds*; a piece of work holds one core for its duration, so work on a
+  busy node queues (FIFO). Busy core-seconds are recorded per node.
+* :class:`ComputeEngine` — a GPU (or the CPU learner) executing kernels one at a time: updates,
+  value passes, device-side batch assembly.
+* :class:`TierLedger` — capacity accounting of every memory tier. A reservation that does not fit
+  either waits (``reserve``) until space is released or is refused (``try_reserve``); occupancy never
+  exceeds capacity, and every change is sampled into an occupancy trace.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from conduit.errors import ConduitError
+from conduit.topology import Topology
+
+
+class CpuPool:
+    """The cores of one node as a SimPy resource, with busy-time accounting."""
+
+    def __init__(self, env: simpy.Environment, node: str, cores: int, speed: float = 1.0):
+        self.env = env
+        self.node = node
+        self.cores = cores
+        self.speed = speed
+        self._resource = simpy.Resource(env, capacity=cores)
+        self.busy_core_seconds = 0.0
+
+    def work(self, core_seconds: float) -> Generator[Any, Any, None]:
+        """Run ``core_seconds`` of reference-core work on one core of this node."""
+        if core_seconds <= 0:
+            return
+        seconds = core_seconds / self.speed
+        with self._resource.request() as req:
+            yield req
+            yield self.env.timeout(seconds)
+        self.busy_core_seconds += seconds
+
+
+class ComputeEngine:
+    """A device that runs one kernel at a time (FIFO)."""
+
+    def __init__(self, env: simpy.Environment, device: str):
+        self.env = env
+        self.device = device
+        self._resource = simpy.Resource(env, capacity=1)
+        self.busy_seconds = 0.0
+
+    def run(self, seconds: float) -> Generator[Any, Any, None]:
+        if seconds <= 0:
+            return
+        with self._resource.request() as req:
+            yield req
+            yield self.env.timeout(seconds)
+        self.busy_seconds += seconds
+
+
+class CapacityError(ConduitError):
+    """A reservation that can never fit its tier."""
+
+
+class TierLedger:
+    """Bytes used per tier, never above capacity; waiting reservations are served FIFO per tier."""
+
+    def __init__(self, env: simpy.Environment, topology: Topology, trace_every: float = 0.0):
+        self.env = env
+        self.capacity = {t.id: float(t.capacity) for t in topology.tiers}
+        self.used = dict.fromkeys(self.capacity, 0.0)
+        self.peak = dict.fromkeys(self.capacity, 0.0)
+        self._waiters: dict[str, deque[tuple[float, simpy.Event]]] = {}
+        self.trace: list[tuple[float, str, float]] = []
+
+    def fits(self, tier: str, nbytes: float) -> bool:
+        return self.used[tier] + nbytes <= self.capacity[tier]
+
+    def try_reserve(self, tier: str, nbytes: float) -> bool:
+        if not self.fits(tier, nbytes) or self._waiters.get(tier):
+            return False
+        self._take(tier, nbytes)
+        return True
+
+    def reserve(self, tier: str, nbytes: float) -> simpy.Event:
+        """An event that succeeds once ``nbytes`` are reserved in ``tier`` (maybe after waiting)."""
+        if nbytes > self.capacity[tier]:
+            raise CapacityError(f"{nbytes:.0f} bytes can never fit tier {tier!r} ({self.capacity[tier]:.0f} bytes)")
+        event = self.env.event()
+        if self.try_reserve(tier, nbytes):
+            event.succeed()
+        else:
+            self._waiters.setdefault(tier, deque()).append((nbytes, event))
+        return event
+
+    def release(self, tier: str, nbytes: float) -> None:
+        self.used[tier] -= nbytes
+        if self.used[tier] < 1e-6 * max(1.0, nbytes):
+            self.used[tier] = max(0.0, self.used[tier])
+        self.trace.append((self.env.now, tier, self.used[tier]))
+        queue = self._waiters.get(tier)
+        while queue and self.fits(tier, queue[0][0]):
+            nbytes_w, event = queue.popleft()
+            self._take(tier, nbytes_w)
+            event.succeed()
+
+    def _take(self, tier: str, nbytes: float) -> None:
+        self.used[tier] += nbytes
+        if self.used[tier] > self.peak[tier]:
+            self.peak[tier] = self.used[tier]
+        self.trace.append((self.env.now, tier, self.used[tier]))

@@ -1,0 +1,242 @@
+"""RL workloads: who produces experience, who consumes it, and under which contract.
+
+A :class:`Workload` describes one algorithm's loop in the terms the simulator executes:
+
+* **Actors.** One *env runner* per GPU (``runners_per_gpu``), or ``env_runners`` of them spread over
+  the nodes when a topology has no GPU. A runner steps ``envs_per_runner`` environments together (RLlib's
+  vectorised ``EnvRunner``; the issue's "actors per GPU"): one vector step costs ``env_step_time``
+  (lognormal with coefficient of variation ``env_step_cv``) plus ``inference_time``. A **chunk** is
+  ``fragment_length`` vector steps, i.e. ``fragment_length * envs_per_runner`` samples of
+  ``bytes_per_step`` bytes, holding ``steps / episode_length`` episodes (what pickling pays for).
+* **Learners.** One per GPU (or ``learners`` of them). An update costs ``update_time_per_sample``
+  per sample per epoch on the learner's device; PPO's GAE value pass (or GRPO's reference log-prob
+  pass) costs ``value_pass_per_sample`` per sample; a weight broadcast costs ``weight_sync_time``.
+* **Algorithm.** ``ppo`` (synchronous, :class:`~conduit.contracts.OnPolicy`), ``appo``
+  (asynchronous, :class:`~conduit.contracts.BoundedStaleness` from ``max_lag``/``max_reuse``), or
+  ``dqn`` (:class:`~conduit.contracts.Replay` from ``replay_capacity``/``replay_ratio``/``min_size``).
+
+Presets (:data:`PRESETS`) cover Atari-like ``ppo``/``appo``/``dqn``, ``ppo-mujoco`` and ``grpo-llm``,
+plus ``ref-*`` workloads that restate the reference measurements' runs. Users add their own in YAML:
+``base: ppo`` plus the fields to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from conduit.contracts import BoundedStaleness, OnPolicy, Replay
+from conduit.errors import ConduitError, UnknownNameError
+from conduit.units import Kind, parse_quantity
+
+ALGORITHMS = ("ppo", "appo", "dqn")
+ATARI_STEP_BYTES = 84 * 84 * 4 + 4 + 4 + 4 + 4 + 1  # uint8 obs + action, reward, logp, value, done
+
+
+class WorkloadError(ConduitError):
+    """A workload that cannot be used; names the source and the field."""
+
+    def __init__(self, source: str, field: str | None, message: str):
+        where = f"{source}: {field}: " if field else f"{source}: "
+        super().__init__(where + message)
+        self.source, self.field = source, field
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    algorithm: str
+    # actors
+    envs_per_runner: int = 8
+    runners_per_gpu: float = 1.0
+    env_runners: int | None = None
+    env_step_time: float = 2e-3
+    env_step_cv: float = 0.1
+    inference_time: float = 1e-3
+    runner_call_overhead: float = 0.0
+    fragment_length: int = 128
+    bytes_per_step: float = ATARI_STEP_BYTES
+    episode_length: float = 1000.0
+    # learners
+    learners: int | None = None
+    update_time_per_sample: float = 20e-6
+    update_overhead: float = 0.0
+    value_pass_per_sample: float = 0.0
+    epochs: int = 1
+    train_batch_per_learner: int = 4096
+    weight_sync_time: float = 5e-3
+    # appo
+    max_lag: int = 4
+    max_reuse: int = 2
+    chunks_per_batch: int = 4
+    broadcast_interval: int = 1
+    # dqn
+    replay_capacity: int = 100_000
+    replay_ratio: float = 8.0
+    min_size: int = 1_000
+    batch_size: int = 32
+    steps_per_train: int = 1
+
+    # -- derived -----------------------------------------------------------------------
+    @property
+    def chunk_steps(self) -> int:
+        return self.fragment_length * self.envs_per_runner
+
+    @property
+    def chunk_bytes(self) -> float:
+        return self.chunk_steps * self.bytes_per_step
+
+    @property
+    def chunk_episodes(self) -> float:
+        return max(1.0, self.chunk_steps / self.episode_length)
+
+    def contract(self):
+        if self.algorithm == "ppo":
+            return OnPolicy()
+        if self.algorithm == "appo":
+            return BoundedStaleness(max_lag=self.max_lag, max_reuse=self.max_reuse)
+        return Replay(capacity=self.replay_capacity, replay_ratio=self.replay_ratio, min_size=self.min_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def validate(self, source: str = "<workload>") -> Workload:
+        if self.algorithm not in ALGORITHMS:
+            raise WorkloadError(source, "algorithm", f"must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("name", "algorithm") or value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise WorkloadError(source, f.name, f"must be a number, got {value!r}")
+            if f.type == "int" or f.type == "int | None":
+                if int(value) != value:
+                    raise WorkloadError(source, f.name, f"must be an integer, got {value!r}")
+            minimum = 0 if f.name in _MAY_BE_ZERO else 1e-300
+            if value < minimum:
+                raise WorkloadError(source, f.name, f"must be {'>= 0' if minimum == 0 else '> 0'}, got {value!r}")
+        if self.train_batch_per_learner < self.chunk_steps and self.algorithm == "ppo":
+            raise WorkloadError(source, "train_batch_per_learner",
+                                f"{self.train_batch_per_learner} is smaller than one chunk ({self.chunk_steps} steps)")
+        try:
+            self.contract()
+        except ConduitError as exc:
+            raise WorkloadError(source, None, f"its contract is invalid: {exc}") from None
+        return self
+
+
+_MAY_BE_ZERO = {"env_step_cv", "inference_time", "runner_call_overhead", "value_pass_per_sample",
+                "weight_sync_time", "update_overhead", "max_lag", "min_size", "env_step_time",
+                "update_time_per_sample"}
+_TIME_FIELDS = {"env_step_time", "inference_time", "runner_call_overhead", "update_time_per_sample",
+                "update_overhead", "value_pass_per_sample", "weight_sync_time"}
+_BYTE_FIELDS = {"bytes_per_step"}
+
+
+def _atari(name: str, algorithm: str, **kw: Any) -> Workload:
+    return Workload(name=name, algorithm=algorithm, **kw)
+
+
+#: Built-in presets. GPU-side times are for one H100 (our estimates from published throughput of the
+#: Nature-CNN / IMPALA-CNN policies: ~50k samples/s forward+backward per A100-class GPU at batch 512,
+#: i.e. ~20 us per sample per epoch; a value-only forward ~1/3 of that). Env step: ALE ~0.25 ms per
+#: frame-skipped step on one core (Machado et al. 2018 report ~5-7k frames/s/core), 8 envs in series.
+PRESETS: dict[str, Workload] = {
+    "ppo": _atari("ppo", "ppo", envs_per_runner=8, fragment_length=256, train_batch_per_learner=4096,
+                  env_step_time=2e-3, inference_time=0.5e-3, episode_length=1000,
+                  update_time_per_sample=20e-6, value_pass_per_sample=7e-6, epochs=4, weight_sync_time=10e-3),
+    "appo": _atari("appo", "appo", envs_per_runner=8, fragment_length=64, env_step_time=2e-3,
+                   inference_time=0.5e-3, episode_length=1000, update_time_per_sample=20e-6,
+                   chunks_per_batch=4, max_lag=4, max_reuse=2, broadcast_interval=1, weight_sync_time=10e-3),
+    "dqn": _atari("dqn", "dqn", envs_per_runner=8, fragment_length=4, env_step_time=2e-3, inference_time=0.5e-3,
+                  runner_call_overhead=4e-3, episode_length=1000, update_time_per_sample=25e-6,
+                  update_overhead=1.5e-3, batch_size=32, replay_ratio=8.0, replay_capacity=1_000_000,
+                  min_size=8_192, weight_sync_time=2.4e-3, steps_per_train=1),
+    "ppo-mujoco": Workload(name="ppo-mujoco", algorithm="ppo", envs_per_runner=8, fragment_length=256,
+                           bytes_per_step=4 * (17 + 6 + 4), env_step_time=0.4e-3, inference_time=0.3e-3,
+                           episode_length=1000, train_batch_per_learner=4096, update_time_per_sample=4e-6,
+                           value_pass_per_sample=1e-6, epochs=10, weight_sync_time=2e-3),
+    # GRPO post-training: a chunk is a group of sampled completions, sequences x 4,096 tokens;
+    # per token: token id (4 B), log-prob (4 B), reference log-prob (4 B), mask (1 B), advantage
+    # slot (4 B) = 17 B/token. One "env step" is one token; decoding ~30 ms per step for a batch of
+    # 256 sequences on an H100-class GPU (vLLM-style throughput for a 7B model, our estimate). Few
+    # actors: one generator per node (runners_per_gpu = 1/8), 256 x 4,096 tokens = 17.8 MB per chunk.
+    "grpo-llm": Workload(name="grpo-llm", algorithm="ppo", envs_per_runner=256, fragment_length=4096,
+                         runners_per_gpu=0.125, bytes_per_step=17.0, env_step_time=0.0, env_step_cv=0.0,
+                         inference_time=30e-3, episode_length=4096, train_batch_per_learner=128 * 4096,
+                         update_time_per_sample=2e-6, value_pass_per_sample=0.7e-6, epochs=1,
+                         weight_sync_time=0.5),
+    # The reference runs (shared/reference/rllib-2.60-stock-cpu.md) on the 2-core VM, CPU learner.
+    "ref-ppo-atari": Workload(name="ref-ppo-atari", algorithm="ppo", env_runners=2, envs_per_runner=1,
+                              fragment_length=1000, train_batch_per_learner=2000, learners=1,
+                              env_step_time=1.382e-3, env_step_cv=0.0, inference_time=0.0,
+                              episode_length=200, update_time_per_sample=0.776e-3, value_pass_per_sample=0.755e-3,
+                              epochs=2, weight_sync_time=7.3e-3),
+    "ref-dqn-cartpole": Workload(name="ref-dqn-cartpole", algorithm="dqn", env_runners=1, envs_per_runner=1,
+                                 fragment_length=1, bytes_per_step=2800.0, env_step_time=0.3e-3, env_step_cv=0.0,
+                                 inference_time=0.0, runner_call_overhead=4.41e-3, episode_length=1.0,
+                                 learners=1, update_time_per_sample=0.0, update_overhead=3.3e-3, batch_size=32,
+                                 replay_ratio=32.0, replay_capacity=50_000, min_size=0, weight_sync_time=2.37e-3),
+}
+# ref-ppo-atari: one 1,000-step fragment per runner takes the measured 1.382 s of sampling, so
+# env_step_time holds the whole per-step cost (env + CPU inference): 1.382 s / 1000 steps.
+
+
+def load_workload(spec: str | Path | Mapping[str, Any] | Workload) -> Workload:
+    """A preset name, a YAML path (``base:`` preset plus overrides), or a mapping."""
+    if isinstance(spec, Workload):
+        return spec.validate(spec.name)
+    if isinstance(spec, Mapping):
+        return workload_from_dict(spec, "<dict>")
+    text = str(spec)
+    if text in PRESETS:
+        return PRESETS[text]
+    path = Path(text)
+    if not path.is_file():
+        if path.suffix in (".yaml", ".yml"):
+            raise WorkloadError(text, None, "no such file")
+        raise UnknownNameError("workload", text, list(PRESETS))
+    from conduit.topology.yamlio import read_yaml
+
+    try:
+        data = read_yaml(path)
+    except ConduitError as exc:  # TopologyError from the shared YAML reader
+        raise WorkloadError(text, None, getattr(exc, "detail", str(exc))) from None
+    return workload_from_dict(data, text)
+
+
+def workload_from_dict(data: Any, source: str) -> Workload:
+    if not isinstance(data, Mapping):
+        raise WorkloadError(source, None, f"top level must be a mapping, got {type(data).__name__}")
+    base_name = data.get("base")
+    if base_name is not None and base_name not in PRESETS:
+        raise WorkloadError(source, "base", f"unknown preset {base_name!r}; presets: {', '.join(PRESETS)}")
+    base = PRESETS[base_name] if base_name else None
+    known = {f.name: f for f in fields(Workload)}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "base":
+            continue
+        if key not in known:
+            raise WorkloadError(source, key, f"unknown field; known: {', '.join(sorted(known))}")
+        if key in _TIME_FIELDS or key in _BYTE_FIELDS:
+            try:
+                value = parse_quantity(value, Kind.TIME if key in _TIME_FIELDS else Kind.BYTES)
+            except ConduitError as exc:
+                raise WorkloadError(source, key, str(exc)) from None
+        values[key] = value
+    if base is None:
+        for required in ("name", "algorithm"):
+            if required not in values:
+                raise WorkloadError(source, required, "missing (or give 'base: <preset>')")
+        workload = Workload(**values)
+    else:
+        values.setdefault("name", Path(source).stem if source != "<dict>" else f"{base.name}-custom")
+        workload = replace(base, **values)
+    return workload.validate(source)
+
+
+for _preset in PRESETS.values():
+    _preset.validate(f"preset {_preset.name}")
