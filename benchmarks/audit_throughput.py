@@ -25,8 +25,7 @@ from conduit.contracts import OnPolicy, Replay
 def _chunks(update: int, samples: int, chunk_steps: int) -> list[Chunk]:
     n = samples // chunk_steps
     return [
-        Chunk((update, i), f"actor{i % 64}", f"node{i % 8}", chunk_steps, chunk_steps * 512,
-              update, float(update))
+        Chunk((update, i), f"actor{i % 64}", f"node{i % 8}", chunk_steps, chunk_steps * 512, update, float(update))
         for i in range(n)
     ]
 
@@ -46,8 +45,7 @@ def on_policy(updates: int, samples: int, chunk_steps: int, epochs: int, shape: 
         else:  # each minibatch takes a shuffled 1/8 of every chunk
             perms = [rng.permutation(chunk_steps) for _ in chunks]
             batches = [
-                [(c.id, p[i::minibatches]) for c, p in zip(chunks, perms, strict=True)]
-                for i in range(minibatches)
+                [(c.id, p[i::minibatches]) for c, p in zip(chunks, perms, strict=True)] for i in range(minibatches)
             ]
         start = time.perf_counter()
         for c in chunks:
@@ -69,9 +67,7 @@ def on_policy(updates: int, samples: int, chunk_steps: int, epochs: int, shape: 
 def replay(updates: int, samples: int, chunk_steps: int) -> float:
     """Samples delivered per second of auditor time, uniform sampling with replacement."""
     rng = np.random.default_rng(0)
-    contract = Replay(
-        capacity=4 * samples, replay_ratio=1.0, min_size=samples, error_buffer=2 * samples
-    )
+    contract = Replay(capacity=4 * samples, replay_ratio=1.0, min_size=samples, error_buffer=2 * samples)
     auditor = Auditor(contract)
     live: list[Chunk] = []
     busy = 0.0

@@ -35,10 +35,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conduit.errors import ConduitError  # noqa: E402
-from conduit.sim.maxmin import max_min_rates, progressive_filling_reference, resolve_component  # noqa: E402
-from conduit.sim.routing import Router  # noqa: E402
-from conduit.sim.transfers import run_transfers  # noqa: E402
+from conduit.errors import ConduitError
+from conduit.sim.maxmin import max_min_rates, progressive_filling_reference, resolve_component
+from conduit.sim.routing import Router
+from conduit.sim.transfers import run_transfers
 
 GB = 1e9
 

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from conduit.chunk import Chunk, normalize_indices, selection_size
-from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Replay
+from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Replay, contract_from_dict
 from conduit.errors import ConduitError
 
 MAX_EXAMPLES = 5
@@ -234,12 +234,19 @@ def _describe(idx: slice | np.ndarray) -> str:
 class Auditor:
     """Checks a plane's event stream against a data contract and tier capacities.
 
-    ``tier_capacities`` maps tier names (as used in ``placed``/``moved``/``evicted``) to bytes;
-    tiers not listed are tracked but unbounded. :meth:`report` may be read at any time;
-    :meth:`finish` closes out the lost-sample checks and freezes the auditor.
+    ``contract`` may also be given in its dict form. ``tier_capacities`` maps tier names (as used
+    in ``placed``/``moved``/``evicted``) to bytes; tiers not listed are tracked but unbounded.
+    :meth:`report` may be read at any time; :meth:`finish` closes out the lost-sample checks and
+    freezes the auditor.
     """
 
-    def __init__(self, contract: Contract, tier_capacities: Mapping[str, int] | None = None):
+    def __init__(
+        self,
+        contract: Contract | Mapping[str, Any],
+        tier_capacities: Mapping[str, int] | None = None,
+    ):
+        if isinstance(contract, Mapping):
+            contract = contract_from_dict(contract)
         if not isinstance(contract, OnPolicy | BoundedStaleness | Replay):
             raise ConduitError(f"auditor: unknown contract {contract!r}")
         self.contract = contract
@@ -271,7 +278,6 @@ class Auditor:
         self._dropped: dict[str, int] = {}
         self._updates_consumed = 0
         self._max_consumed: int | None = None
-        self._unused_resident = 0
         self._checksums_verified = 0
         self._t = 0.0
 

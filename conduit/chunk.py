@@ -131,7 +131,7 @@ class Selection(NamedTuple):
     """
 
     chunk_id: ChunkId
-    indices: range | slice | np.ndarray
+    indices: Indices
 
     @classmethod
     def whole(cls, chunk: Chunk) -> Selection:
@@ -153,7 +153,7 @@ class Selection(NamedTuple):
             yield (self.chunk_id, int(i))
 
 
-def selection_size(indices: range | slice | np.ndarray, steps: int | None = None) -> int:
+def selection_size(indices: Indices, steps: int | None = None) -> int:
     """Number of samples ``indices`` names, counting repeats (a boolean mask counts its Trues)."""
     if isinstance(indices, range):
         return len(indices)
@@ -172,7 +172,7 @@ def selection_size(indices: range | slice | np.ndarray, steps: int | None = None
 
 
 def normalize_indices(
-    indices: range | slice | np.ndarray, steps: int
+    indices: Indices, steps: int
 ) -> tuple[slice | np.ndarray, int, int]:
     """Turn ``indices`` into a numpy indexer over a chunk of ``steps`` samples.
 

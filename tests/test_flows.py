@@ -78,7 +78,8 @@ def test_full_duplex_opposite_directions_do_not_share():
 def test_late_start_shares_from_its_start():
     g = nx.Graph()
     link(g, "a", "b", bandwidth=100.0)
-    # alone for 5 s (500 B), then 50 B/s each: first ends at 15, second alone at 100 B/s until 20
+    # alone for 5 s (500 B), then 50 B/s each: first ends at 15, second alone at 100 B/s until 20;
+    # the first flow's timer for t=10, armed at t=0, goes stale at t=5 and must not fire
     assert simulate_transfers(g, [t("a", "b", 1000), t("a", "b", 1000, start=5)]) == pytest.approx([15.0, 20.0])
 
 
@@ -119,6 +120,17 @@ def test_same_endpoints_complete_at_start_and_zero_bytes_after_latency():
     g = nx.Graph()
     link(g, "a", "b", bandwidth=100.0, latency=0.5)
     assert simulate_transfers(g, [t("a", "a", 1e9, start=2.0), t("a", "b", 0, start=1.0)]) == [2.0, 1.5]
+
+
+def test_resolves_only_the_component_that_changed():
+    g = nx.Graph()
+    link(g, "a", "b")
+    link(g, "c", "d")
+    xs = [t("a", "b", 100)] * 3 + [t("c", "d", 1000, start=1.0)]
+    times, net = run_transfers(g, xs)
+    assert times == pytest.approx([3.0, 3.0, 3.0, 11.0])
+    # t=0: the 3 flows on a->b; t=1: only the c->d flow (not the 3 others); t=3, t=11: nobody left
+    assert (net.resolves, net.resolved_flows) == (2, 4)
 
 
 def test_link_stats_bytes_and_busy_time():
@@ -241,7 +253,7 @@ def assert_max_min(flow_links, caps, rates, rtol=1e-6):
 
 
 @given(incidences())
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_vectorised_solver_is_max_min_and_matches_reference(case):
     flow_links, caps = case
     flows, links = incidence(flow_links)

@@ -2,6 +2,8 @@
 
 Registered names (``conduit policies list``):
 
+* ``rllib-stock`` — the baseline: stock RLlib 2.60's path (through the driver, batch building after
+  sampling, pageable copies, no prefetch), executed step by step by each backend.
 * ``host-only`` — experience stays in pageable host memory on the consumer's node and is copied to the
   device when the learner asks (no prefetch): what a framework with no data plane does.
 * ``all-gpu`` — every chunk goes straight to its consumer's HBM (pinned staging), spilling to pinned
@@ -40,7 +42,20 @@ def all_gpu(depth: int = 2) -> Policy:
     )
 
 
+def rllib_stock() -> Policy:
+    """Stock Ray RLlib 2.60: through the driver, per-batch connector after sampling, pageable copies."""
+    return Policy(
+        name="rllib-stock",
+        placement=TierPreference((TierKind.PAGEABLE,), name="rllib-stock"),
+        scheduling=OnDemand(),
+        path=PathSettings(route="driver", batch_build="per-batch", pinned=False,
+                          overlap_collection=False, overlap_update=False, prefetch_depth=0),
+        summary="stock RLlib 2.60 experience path (the baseline every gain is measured against)",
+    )
+
+
 def register_builtins(registry: PolicyRegistry) -> None:
+    registry.register(PolicyEntry("rllib-stock", "policy", rllib_stock, rllib_stock.__doc__.strip()))
     registry.register(PolicyEntry("host-only", "policy", host_only, host_only.__doc__.strip()))
     registry.register(PolicyEntry("all-gpu", "policy", all_gpu, all_gpu.__doc__.strip()))
     registry.register(PolicyEntry(

@@ -119,8 +119,9 @@ def _edge_attribute(u: Hashable, v: Hashable, data: dict, name: str, unit: str, 
 class Network:
     """Transfers over ``graph`` in ``env``, sharing links max-min fairly.
 
-    Counters: ``events`` (flow starts and completions handled) and ``resolves``
-    (component re-solves run).
+    Counters: ``events`` (flow starts and completions handled), ``resolves``
+    (component re-solves run) and ``resolved_flows`` (flows whose rates those
+    re-solves recomputed, summed; over ``resolves`` it is the mean component).
     """
 
     def __init__(self, env: simpy.Environment, graph: nx.Graph) -> None:
@@ -138,6 +139,7 @@ class Network:
         self.latency = np.array(latency, dtype=np.float64)
         self.events = 0
         self.resolves = 0
+        self.resolved_flows = 0
 
         n_links = self.bandwidth.size
         self._link_rate = np.zeros(n_links)  # sum of the rates of the flows on it
@@ -253,6 +255,7 @@ class Network:
 
         if flows.size:
             self.resolves += 1
+            self.resolved_flows += flows.size
         self._rate[flows] = change.rates
         self._t_finish[flows] = now + self._remaining[flows] / change.rates
         self._link_rate[links] = change.link_rates

@@ -17,8 +17,10 @@ fitted to the segment-by-segment measurements in ``shared/reference/rllib-2.60-s
   rows), 4.7 ms for 4,000 CartPole rows, 21.1 ms for 2,000 rows of 28 KB. Fitting gives 1.1 ms +
   0.9 us per row + 0.32 ns per byte (~3.1 GB/s, the concatenation of observation arrays).
 * ``to_tensor_per_call`` — segment ``d``: 0.14 ms per DQN call; 0.2-0.3 ms for PPO's one call.
-* ``buffer_add_per_step``/``buffer_sample_per_call`` — DQN: 0.47 ms per add (``add`` deep-copies),
-  1.74 ms per sample (ref).
+* ``buffer_add_per_call``/``_per_step``/``buffer_sample_per_call`` — DQN: 0.47 ms per one-step add
+  (``add`` deep-copies), 1.74 ms per sample (ref). The reference adds one step per call, so it cannot
+  split the add into fixed and per-step parts; we assume 0.35 ms + 0.12 ms per step (an assumption,
+  named so it can be changed).
 * ``driver_loop_overhead`` — DQN: ~2.1 s per ~1,000-step iteration that the hooks could not
   attribute: 2.1 ms per training step.
 
@@ -54,7 +56,8 @@ class StockCosts:
     connector_per_sample: float = 0.9e-6
     connector_per_byte: float = 0.32e-9
     to_tensor_per_call: float = 0.14e-3
-    buffer_add_per_step: float = 0.47e-3
+    buffer_add_per_call: float = 0.35e-3
+    buffer_add_per_step: float = 0.12e-3
     buffer_sample_per_call: float = 1.74e-3
     driver_loop_overhead: float = 2.1e-3
 

@@ -17,7 +17,7 @@ should therefore have a stable ``repr`` (strings, ints, tuples of those). Every
 pair of endpoints has a single route; routes are cached.
 
 Distances are one breadth-first search per destination (run by
-:mod:`scipy.sparse.csgraph`), cached, so routing on a fat tree of thousands of
+:mod:`scipy.sparse.csgraph`, depths by pointer jumping in NumPy), cached, so routing on a fat tree of thousands of
 nodes costs one C-level BFS per distinct destination plus a few array
 operations per hop.
 """
@@ -31,7 +31,7 @@ from typing import NamedTuple
 import networkx as nx
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import breadth_first_order
 
 from conduit.errors import ConduitError
 
@@ -103,11 +103,25 @@ class Router:
         return route
 
     def _distances(self, dst: int) -> np.ndarray:
+        """Hops from every node to ``dst`` (-1: unreachable), from one BFS tree."""
         dist = self._dist.get(dst)
         if dist is None:
-            hops = shortest_path(self._adjacency, directed=False, unweighted=True, indices=dst)
-            dist = np.where(np.isfinite(hops), hops, -1).astype(np.int64)
-            self._dist[dst] = dist
+            order, parent = breadth_first_order(self._adjacency, dst, directed=True, return_predecessors=True)
+            # Depth in the BFS tree by pointer jumping: hops[v] counts the tree
+            # edges from v up to up[v]; doubling up[] reaches the root in log2(depth) steps.
+            up = np.arange(self._rank.size)
+            up[order[1:]] = parent[order[1:]]
+            hops = np.zeros(self._rank.size, dtype=np.int64)
+            hops[order[1:]] = 1
+            while True:
+                upup = up[up]
+                if np.array_equal(upup, up):
+                    break
+                hops = hops + hops[up]
+                up = upup
+            reached = np.zeros(self._rank.size, dtype=bool)
+            reached[order] = True
+            dist = self._dist[dst] = np.where(reached, hops, -1)
         return dist
 
     def _walk(self, src: Node, dst: Node) -> Route:

@@ -118,8 +118,11 @@ class Workload:
             if value < minimum:
                 raise WorkloadError(source, f.name, f"must be {'>= 0' if minimum == 0 else '> 0'}, got {value!r}")
         if self.train_batch_per_learner < self.chunk_steps and self.algorithm == "ppo":
-            raise WorkloadError(source, "train_batch_per_learner",
-                                f"{self.train_batch_per_learner} is smaller than one chunk ({self.chunk_steps} steps)")
+            raise WorkloadError(
+                source,
+                "train_batch_per_learner",
+                f"{self.train_batch_per_learner} is smaller than one chunk ({self.chunk_steps} steps)",
+            )
         try:
             self.contract()
         except ConduitError as exc:
@@ -127,11 +130,27 @@ class Workload:
         return self
 
 
-_MAY_BE_ZERO = {"env_step_cv", "inference_time", "runner_call_overhead", "value_pass_per_sample",
-                "weight_sync_time", "update_overhead", "max_lag", "min_size", "env_step_time",
-                "update_time_per_sample"}
-_TIME_FIELDS = {"env_step_time", "inference_time", "runner_call_overhead", "update_time_per_sample",
-                "update_overhead", "value_pass_per_sample", "weight_sync_time"}
+_MAY_BE_ZERO = {
+    "env_step_cv",
+    "inference_time",
+    "runner_call_overhead",
+    "value_pass_per_sample",
+    "weight_sync_time",
+    "update_overhead",
+    "max_lag",
+    "min_size",
+    "env_step_time",
+    "update_time_per_sample",
+}
+_TIME_FIELDS = {
+    "env_step_time",
+    "inference_time",
+    "runner_call_overhead",
+    "update_time_per_sample",
+    "update_overhead",
+    "value_pass_per_sample",
+    "weight_sync_time",
+}
 _BYTE_FIELDS = {"bytes_per_step"}
 
 
@@ -144,41 +163,129 @@ def _atari(name: str, algorithm: str, **kw: Any) -> Workload:
 #: i.e. ~20 us per sample per epoch; a value-only forward ~1/3 of that). Env step: ALE ~0.25 ms per
 #: frame-skipped step on one core (Machado et al. 2018 report ~5-7k frames/s/core), 8 envs in series.
 PRESETS: dict[str, Workload] = {
-    "ppo": _atari("ppo", "ppo", envs_per_runner=8, fragment_length=256, train_batch_per_learner=4096,
-                  env_step_time=2e-3, inference_time=0.5e-3, episode_length=1000,
-                  update_time_per_sample=20e-6, value_pass_per_sample=7e-6, epochs=4, weight_sync_time=10e-3),
-    "appo": _atari("appo", "appo", envs_per_runner=8, fragment_length=64, env_step_time=2e-3,
-                   inference_time=0.5e-3, episode_length=1000, update_time_per_sample=20e-6,
-                   chunks_per_batch=4, max_lag=4, max_reuse=2, broadcast_interval=1, weight_sync_time=10e-3),
-    "dqn": _atari("dqn", "dqn", envs_per_runner=8, fragment_length=4, env_step_time=2e-3, inference_time=0.5e-3,
-                  runner_call_overhead=4e-3, episode_length=1000, update_time_per_sample=25e-6,
-                  update_overhead=1.5e-3, batch_size=32, replay_ratio=8.0, replay_capacity=1_000_000,
-                  min_size=8_192, weight_sync_time=2.4e-3, steps_per_train=1),
-    "ppo-mujoco": Workload(name="ppo-mujoco", algorithm="ppo", envs_per_runner=8, fragment_length=256,
-                           bytes_per_step=4 * (17 + 6 + 4), env_step_time=0.4e-3, inference_time=0.3e-3,
-                           episode_length=1000, train_batch_per_learner=4096, update_time_per_sample=4e-6,
-                           value_pass_per_sample=1e-6, epochs=10, weight_sync_time=2e-3),
-    # GRPO post-training: a chunk is a group of sampled completions, sequences x 4,096 tokens;
+    "ppo": _atari(
+        "ppo",
+        "ppo",
+        envs_per_runner=8,
+        fragment_length=256,
+        train_batch_per_learner=4096,
+        env_step_time=2e-3,
+        inference_time=0.5e-3,
+        episode_length=1000,
+        update_time_per_sample=20e-6,
+        value_pass_per_sample=7e-6,
+        epochs=4,
+        weight_sync_time=10e-3,
+    ),
+    "appo": _atari(
+        "appo",
+        "appo",
+        envs_per_runner=8,
+        fragment_length=64,
+        env_step_time=2e-3,
+        inference_time=0.5e-3,
+        episode_length=1000,
+        update_time_per_sample=20e-6,
+        chunks_per_batch=4,
+        max_lag=4,
+        max_reuse=2,
+        broadcast_interval=1,
+        weight_sync_time=10e-3,
+    ),
+    "dqn": _atari(
+        "dqn",
+        "dqn",
+        envs_per_runner=8,
+        fragment_length=4,
+        env_step_time=2e-3,
+        inference_time=0.5e-3,
+        runner_call_overhead=4e-3,
+        episode_length=1000,
+        update_time_per_sample=25e-6,
+        update_overhead=1.5e-3,
+        batch_size=32,
+        replay_ratio=8.0,
+        replay_capacity=1_000_000,
+        min_size=8_192,
+        weight_sync_time=2.4e-3,
+        steps_per_train=1,
+    ),
+    "ppo-mujoco": Workload(
+        name="ppo-mujoco",
+        algorithm="ppo",
+        envs_per_runner=8,
+        fragment_length=256,
+        bytes_per_step=4 * (17 + 6 + 4),
+        env_step_time=0.4e-3,
+        inference_time=0.3e-3,
+        episode_length=1000,
+        train_batch_per_learner=4096,
+        update_time_per_sample=4e-6,
+        value_pass_per_sample=1e-6,
+        epochs=10,
+        weight_sync_time=2e-3,
+    ),
+    # GRPO post-training: a chunk is a group of sampled completions, sequences x 8,192 tokens (long chains of thought);
     # per token: token id (4 B), log-prob (4 B), reference log-prob (4 B), mask (1 B), advantage
     # slot (4 B) = 17 B/token. One "env step" is one token; decoding ~30 ms per step for a batch of
-    # 256 sequences on an H100-class GPU (vLLM-style throughput for a 7B model, our estimate). Few
-    # actors: one generator per node (runners_per_gpu = 1/8), 256 x 4,096 tokens = 17.8 MB per chunk.
-    "grpo-llm": Workload(name="grpo-llm", algorithm="ppo", envs_per_runner=256, fragment_length=4096,
-                         runners_per_gpu=0.125, bytes_per_step=17.0, env_step_time=0.0, env_step_cv=0.0,
-                         inference_time=30e-3, episode_length=4096, train_batch_per_learner=128 * 4096,
-                         update_time_per_sample=2e-6, value_pass_per_sample=0.7e-6, epochs=1,
-                         weight_sync_time=0.5),
+    # 128 sequences on an H100-class GPU (vLLM-style throughput for a 7B model, our estimate). Few
+    # actors: one generator per node (runners_per_gpu = 1/8), 128 x 8,192 tokens = 17.8 MB per chunk.
+    "grpo-llm": Workload(
+        name="grpo-llm",
+        algorithm="ppo",
+        envs_per_runner=128,
+        fragment_length=8192,
+        runners_per_gpu=0.125,
+        bytes_per_step=17.0,
+        env_step_time=0.0,
+        env_step_cv=0.0,
+        inference_time=30e-3,
+        episode_length=8192,
+        train_batch_per_learner=128 * 8192,
+        update_time_per_sample=2e-6,
+        value_pass_per_sample=0.7e-6,
+        epochs=1,
+        weight_sync_time=0.5,
+    ),
     # The reference runs (shared/reference/rllib-2.60-stock-cpu.md) on the 2-core VM, CPU learner.
-    "ref-ppo-atari": Workload(name="ref-ppo-atari", algorithm="ppo", env_runners=2, envs_per_runner=1,
-                              fragment_length=1000, train_batch_per_learner=2000, learners=1,
-                              env_step_time=1.382e-3, env_step_cv=0.0, inference_time=0.0,
-                              episode_length=200, update_time_per_sample=0.776e-3, value_pass_per_sample=0.755e-3,
-                              epochs=2, weight_sync_time=7.3e-3),
-    "ref-dqn-cartpole": Workload(name="ref-dqn-cartpole", algorithm="dqn", env_runners=1, envs_per_runner=1,
-                                 fragment_length=1, bytes_per_step=2800.0, env_step_time=0.3e-3, env_step_cv=0.0,
-                                 inference_time=0.0, runner_call_overhead=4.41e-3, episode_length=1.0,
-                                 learners=1, update_time_per_sample=0.0, update_overhead=3.3e-3, batch_size=32,
-                                 replay_ratio=32.0, replay_capacity=50_000, min_size=0, weight_sync_time=2.37e-3),
+    "ref-ppo-atari": Workload(
+        name="ref-ppo-atari",
+        algorithm="ppo",
+        env_runners=2,
+        envs_per_runner=1,
+        fragment_length=1000,
+        train_batch_per_learner=2000,
+        learners=1,
+        env_step_time=1.382e-3,
+        env_step_cv=0.0,
+        inference_time=0.0,
+        episode_length=200,
+        update_time_per_sample=0.776e-3,
+        value_pass_per_sample=0.755e-3,
+        epochs=2,
+        weight_sync_time=7.3e-3,
+    ),
+    "ref-dqn-cartpole": Workload(
+        name="ref-dqn-cartpole",
+        algorithm="dqn",
+        env_runners=1,
+        envs_per_runner=1,
+        fragment_length=1,
+        bytes_per_step=2800.0,
+        env_step_time=0.3e-3,
+        env_step_cv=0.0,
+        inference_time=0.0,
+        runner_call_overhead=4.41e-3,
+        episode_length=1.0,
+        learners=1,
+        update_time_per_sample=0.0,
+        update_overhead=3.3e-3,
+        batch_size=32,
+        replay_ratio=32.0,
+        replay_capacity=50_000,
+        min_size=0,
+        weight_sync_time=2.37e-3,
+    ),
 }
 # ref-ppo-atari: one 1,000-step fragment per runner takes the measured 1.382 s of sampling, so
 # env_step_time holds the whole per-step cost (env + CPU inference): 1.382 s / 1000 steps.

@@ -1,0 +1,933 @@
+"""The simulation: RL algorithm loops whose experience path runs through the plane's policies.
+
+One :class:`Simulation` couples a topology, a workload and a :class:`~conduit.policy.Policy`. Env
+runners produce chunks; the path each chunk takes to its learner is decided by the policy and
+executed here with contended resources — flows on the max-min network (:mod:`conduit.sim.network`),
+CPU cores (serialization, batch building), GPU compute (value passes, updates) and tier capacity.
+
+Two families of path exist, chosen by the policy's :class:`~conduit.policy.PathSettings`:
+
+* ``route="driver"`` — stock RLlib 2.60 (new API stack), modelled step by step; each step cites
+  the RLlib code it models:
+
+  - PPO (``ppo.py: PPO.training_step``): ``synchronous_parallel_sample`` blocks until every
+    EnvRunner's ``sample()`` returns; episodes are serialized on the runner, fetched and deserialized
+    in the driver (segment *a*; ``ray.get`` in ``FaultTolerantActorManager.foreach_actor``), driver
+    bookkeeping (*a2*), then ``LearnerGroup.update`` shards the episodes and sends one shard per
+    learner actor (*b*: serialize in the driver, RPC, deserialize in the learner). In the learner,
+    ``Learner._make_batch_if_necessary`` runs the learner connector pipeline over the whole batch
+    (*c*), ``NumpyToTensor`` plus a pageable host->device copy (*d*; RLlib does not pin), and
+    ``GeneralAdvantageEstimation`` runs the value function over the whole batch (*gae*). All of it
+    after sampling, before the update.
+  - APPO/IMPALA (``impala.py: IMPALA.training_step``): runners ``ray.put`` their episodes and return
+    references; the driver polls them (``foreach_env_runner_async``, *a*) and hands the references to
+    the learners (*b*); the learner resolves them with ``ray.get`` (transfer + deserialize), runs its
+    connector (*c*), and a GPU loader thread (``_GPULoaderThread``) does to-tensor plus the pageable
+    copy (*d*) into the learner thread's circular buffer (``CircularBuffer``), which trains.
+  - DQN (``dqn.py: DQN.training_step``): runners sample a few steps per call (*a*); the driver adds
+    them to its ``EpisodeReplayBuffer`` (``add`` deep-copies), samples a batch per learner
+    (``sample``), sends it to the learner (*b*), whose connector (*c*) and pageable copy (*d*) run
+    before each update; weights are synced after the updates.
+
+* ``route="direct"`` — the plane: each chunk (or group of ``granularity`` chunks) is written once
+  into a staging slot on the producer's node, placed by the placement policy (validated, with a safe
+  fallback), moved towards its consumer in the order the scheduling policy chooses, and, with
+  ``batch_build="per-chunk"``, batch-built and value-passed per chunk as it arrives.
+
+Every ingestion, placement, move, delivery, consumption, eviction and drop is reported to the
+:class:`~conduit.audit.Auditor`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from conduit.audit import AuditReport, Auditor
+from conduit.chunk import Chunk
+from conduit.errors import ConduitError
+from conduit.policy import ChunkInfo, InvalidDecision, Policy
+from conduit.sim.cluster import ClusterLayout, LearnerRole, RunnerRole, lay_out
+from conduit.sim.metrics import ChunkTrace, Recorder, UpdateTrace
+from conduit.sim.network import Network
+from conduit.sim.params import PlaneCosts, StockCosts
+from conduit.sim.resources import ComputeEngine, CpuPool, TierLedger
+from conduit.sim.view import SimClusterView
+from conduit.sim.workload import Workload
+from conduit.topology import TierKind, Topology
+
+DEFAULT_PAGEABLE_COPY_FRACTION = 0.25
+
+
+@dataclass
+class SimResult:
+    """Everything one run produced."""
+
+    topology: str
+    workload: Workload
+    policy: Policy
+    seed: int
+    iterations: int
+    metrics: dict[str, Any]
+    segments: dict[str, float]
+    audit: AuditReport
+    recorder: Recorder
+    link_utilization: dict[str, float]
+    tier_peak: dict[str, float]
+    cpu_busy: dict[str, float]
+    gpu_busy: dict[str, float]
+    sim_time: float
+    events: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topology": self.topology,
+            "workload": self.workload.name,
+            "policy": self.policy.name,
+            "seed": self.seed,
+            "iterations": self.iterations,
+            "metrics": self.metrics,
+            "segments_s": self.segments,
+            "audit": self.audit.to_dict(),
+            "link_utilization": self.link_utilization,
+            "tier_peak_bytes": self.tier_peak,
+            "cpu_busy_core_s": self.cpu_busy,
+            "gpu_busy_s": self.gpu_busy,
+            "sim_time_s": self.sim_time,
+            "events": self.events,
+        }
+
+
+class Simulation:
+    """One simulated training run. ``run()`` returns a :class:`SimResult`."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        workload: Workload,
+        policy: Policy,
+        *,
+        iterations: int = 10,
+        seed: int = 0,
+        stock: StockCosts | None = None,
+        plane: PlaneCosts | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ):
+        if iterations < 1:
+            raise ConduitError(f"iterations must be >= 1, got {iterations}")
+        self.topology, self.workload, self.policy = topology, workload, policy
+        self.path = policy.path
+        self.iterations, self.seed = iterations, seed
+        self.stock, self.plane = stock or StockCosts(), plane or PlaneCosts()
+        self.progress = progress
+        self.env = simpy.Environment()
+        self.rng = np.random.default_rng(seed)
+        self.layout: ClusterLayout = lay_out(topology, workload)
+        self.network = Network(self.env, topology.graph)
+        self.cpus = {
+            node: CpuPool(self.env, node, sum(c.get("cores", 1) for c in topology.devices_of("cpu", node)) or 1,
+                          float(next((c.get("cpu_speed", 1.0) for c in topology.devices_of("cpu", node)), 1.0)))
+            for node in topology.nodes
+        }
+        self.compute = {lr.device: ComputeEngine(self.env, lr.device) for lr in self.layout.learners}
+        self.ledger = TierLedger(self.env, topology)
+        self.contract = workload.contract()
+        self.auditor = Auditor(self.contract, tier_capacities={k: int(v) for k, v in self.ledger.capacity.items()})
+        self.rec = Recorder()
+        self.view = SimClusterView(self)
+        self.driver_thread = simpy.Resource(self.env, capacity=1)
+        self.version = 0
+        self._next_chunk = 0
+        self._location: dict[int, str] = {}
+        self._chunks: dict[int, Chunk] = {}
+        self._check_fits()
+
+    # ------------------------------------------------------------------ helpers
+    def _check_fits(self) -> None:
+        w = self.workload
+        biggest = max(self.ledger.capacity.values())
+        if w.chunk_bytes > biggest:
+            raise ConduitError(
+                f"workload {w.name!r}: a chunk of {w.chunk_bytes:.3g} bytes is larger than every tier of "
+                f"topology {self.topology.name!r} (largest {biggest:.3g} bytes)"
+            )
+
+    def cpu(self, node: str, seconds: float) -> Generator:
+        return self.cpus[node].work(seconds)
+
+    def on_driver(self, seconds: float) -> Generator:
+        """Work on the driver's single Python thread (and a core of its node)."""
+        with self.driver_thread.request() as req:
+            yield req
+            yield from self.cpu(self.layout.driver_node, seconds)
+
+    def transfer(self, src: str, dst: str, nbytes: float) -> Generator:
+        if src != dst and nbytes > 0:
+            yield self.network.transfer(src, dst, nbytes)
+
+    def copy_to_device(self, learner: LearnerRole, nbytes: float, pinned: bool, src_memory: str | None = None) -> Generator:
+        """Host memory -> the learner's device. Pageable copies are staged through a bounce buffer
+        (a CPU memcpy at the node's ``pageable_copy_bandwidth``) before the DMA; every copy pays the
+        GPU's launch overhead. A CPU learner's device memory is host memory: nothing to do."""
+        if learner.hbm is None:
+            return
+        gpu = self.topology.devices[learner.device]
+        yield self.env.timeout(gpu.get("copy_launch_overhead", 10e-6))
+        memory = src_memory or learner.memory
+        if not pinned:
+            mem = self.topology.devices[memory]
+            staging = mem.get("pageable_copy_bandwidth") or DEFAULT_PAGEABLE_COPY_FRACTION * mem.get("bandwidth", 40e9)
+            yield from self.cpu(learner.node, nbytes / staging)
+        yield from self.transfer(memory, learner.device, nbytes)
+
+    def sample_time(self, vector_steps: int) -> float:
+        w = self.workload
+        if w.env_step_cv > 0 and w.env_step_time > 0:
+            sigma = math.sqrt(math.log1p(w.env_step_cv**2))
+            mu = math.log(w.env_step_time) - sigma**2 / 2
+            # the sum of many lognormal steps: draw the mean of `vector_steps` draws cheaply
+            per_step = float(np.mean(self.rng.lognormal(mu, sigma, size=min(vector_steps, 64))))
+        else:
+            per_step = w.env_step_time
+        return w.runner_call_overhead + vector_steps * (per_step + w.inference_time)
+
+    def new_chunk(self, runner: RunnerRole, learner: LearnerRole, version: int) -> tuple[Chunk, ChunkTrace]:
+        w = self.workload
+        cid = self._next_chunk
+        self._next_chunk += 1
+        chunk = Chunk(cid, runner.id, runner.node, w.chunk_steps, int(w.chunk_bytes), version, self.env.now,
+                      checksum=(cid * 2654435761) & 0xFFFFFFFF)
+        trace = ChunkTrace(cid, runner.id, learner.id, version, w.chunk_steps, w.chunk_bytes, "", self.env.now)
+        self.rec.chunks[cid] = trace
+        self._chunks[cid] = chunk
+        self.auditor.ingested(chunk, self.env.now)
+        return chunk, trace
+
+    # tier accounting, mirrored into the auditor ------------------------------------------------
+    def place_in(self, cid: int, tier: str) -> Generator:
+        nbytes = self._chunks[cid].nbytes
+        yield self.ledger.reserve(tier, nbytes)
+        self._location[cid] = tier
+        self.rec.chunks[cid].tier = tier
+        self.auditor.placed(cid, tier, nbytes, self.env.now)
+
+    def move_to(self, cid: int, tier: str) -> Generator:
+        src = self._location[cid]
+        if src == tier:
+            return
+        nbytes = self._chunks[cid].nbytes
+        yield self.ledger.reserve(tier, nbytes)
+        self.ledger.release(src, nbytes)
+        self._location[cid] = tier
+        self.rec.chunks[cid].tier = tier
+        self.auditor.moved(cid, src, tier, nbytes, self.env.now)
+
+    def release(self, cid: int) -> None:
+        tier = self._location.pop(cid, None)
+        if tier is not None:
+            self.ledger.release(tier, self._chunks[cid].nbytes)
+            self.auditor.evicted(cid, self.env.now)
+        self._chunks.pop(cid, None)
+
+    # placement through the policy, validated ------------------------------------------------------
+    def decide_tier(self, chunk: Chunk, runner: RunnerRole, learner: LearnerRole) -> str:
+        """Ask the placement policy; reject invalid decisions (unknown tier, no room, a tier the
+        consumer cannot reach) and fall back to pinned, then pageable, host memory on the consumer."""
+        info = ChunkInfo(chunk.id, runner.node, runner.device, chunk.nbytes, chunk.policy_version, learner.id)
+        try:
+            tier = self.policy.placement.place(info, self.view).tier
+            if tier not in self.ledger.capacity:
+                raise InvalidDecision(self.policy.placement.name, tier, "unknown tier")
+            if not self.ledger.fits(tier, chunk.nbytes):
+                raise InvalidDecision(self.policy.placement.name, tier,
+                                      f"over capacity ({chunk.nbytes} bytes do not fit)")
+            kind = self.view.tiers[tier].kind
+            if kind is TierKind.HBM and tier != learner.hbm and self.topology.tier(tier).node != learner.node:
+                raise InvalidDecision(self.policy.placement.name, tier, "HBM of another node than the consumer's")
+            return tier
+        except InvalidDecision as exc:
+            self.rec.reject(str(exc))
+        for fallback in (learner.pinned, learner.pageable):
+            if self.ledger.fits(fallback, chunk.nbytes):
+                return fallback
+        return learner.pageable  # waits for room: capacity is never exceeded
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> SimResult:
+        algorithm = self.workload.algorithm
+        loop = {"ppo": self.ppo_loop, "appo": self.appo_loop, "dqn": self.dqn_loop}[algorithm]
+        done = self.env.process(loop())
+        self.env.run(until=done)
+        audit = self.auditor.finish(self.env.now)
+        horizon = max(self.env.now, 1e-12)
+        link_util = {
+            f"{u}->{v}": s.utilization(horizon)
+            for (u, v), s in self.network.link_stats().items() if s.bytes > 0
+        }
+        top = dict(sorted(link_util.items(), key=lambda kv: -kv[1])[:20])
+        return SimResult(
+            topology=self.topology.name, workload=self.workload, policy=self.policy, seed=self.seed,
+            iterations=self.iterations, metrics=self.rec.metrics(self._warmup()), segments=self.rec.segment_means(self._warmup()),
+            audit=audit, recorder=self.rec, link_utilization=top,
+            tier_peak={k: v for k, v in self.ledger.peak.items() if v > 0},
+            cpu_busy={n: c.busy_core_seconds for n, c in self.cpus.items() if c.busy_core_seconds > 0},
+            gpu_busy={d: c.busy_seconds for d, c in self.compute.items()},
+            sim_time=self.env.now, events=self.network.events + self._next_chunk,
+        )
+
+    def _warmup(self) -> int:
+        """Updates left out of the means: the first, which fills empty pipelines, and for the
+        asynchronous loops a tenth of the run (queues and buffers filling)."""
+        if self.workload.algorithm == "ppo":
+            return 1 if self.iterations > 1 else 0
+        return max(1, self.iterations // 10)
+
+    def _tick(self, k: int) -> None:
+        if self.progress is not None:
+            self.progress(k + 1, self.iterations)
+
+    # ================================================================== PPO (synchronous, on-policy)
+    def ppo_loop(self) -> Generator:
+        w = self.workload
+        learners = self.layout.learners
+        chunks_total = math.ceil(len(learners) * w.train_batch_per_learner / w.chunk_steps)
+        runners = self.layout.runners
+        per_runner = [chunks_total // len(runners) + (1 if j < chunks_total % len(runners) else 0)
+                      for j in range(len(runners))]
+        t_free = {lr.id: 0.0 for lr in learners}
+        for k in range(self.iterations):
+            self.version = k
+            t0 = self.env.now
+            state = _PpoIteration(self, k, learners)
+            procs = [self.env.process(self.ppo_runner(r, per_runner[j], state)) for j, r in enumerate(runners)]
+            if self.path.route == "driver":
+                self.env.process(self.stock_ppo_driver(state, procs))
+            batch_ready = [self.env.process(self.ppo_learner_batch(lr, state)) for lr in learners]
+            yield simpy.AllOf(self.env, procs)
+            self.rec.span(k, "sampling", t0, state.t_sampling_done)
+            yield simpy.AllOf(self.env, batch_ready)
+            t_update = self.env.now
+            updates = []
+            for lr in learners:
+                ready = state.batch_ready_at[lr.id]
+                updates.append(UpdateTrace(k, lr.id, state.samples[lr.id], t_free[lr.id],
+                                           state.last_created[lr.id], ready, t_update, math.nan))
+                self.auditor.delivered(k, [(c, range(w.chunk_steps)) for c in state.assigned[lr.id]], ready,
+                                       checksums={c: self._checksum(c) for c in state.assigned[lr.id]})
+            yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
+                w.update_overhead + w.epochs * state.samples[lr.id] * w.update_time_per_sample)) for lr in learners])
+            self.rec.span(k, "update", t_update, self.env.now)
+            for u in updates:
+                u.t_end = self.env.now
+                t_free[u.learner] = self.env.now
+            for lr in learners:
+                self.view.learner_busy(lr)
+            self.rec.updates.extend(updates)
+            self.auditor.consumed(k, self.env.now)
+            for cids in state.assigned.values():
+                for cid in cids:
+                    self.release(cid)
+            t_sync = self.env.now
+            yield self.env.timeout(w.weight_sync_time)
+            self.rec.span(k, "weight_sync", t_sync, self.env.now)
+            self._tick(k)
+
+    def _learner(self, lid: str) -> LearnerRole:
+        return next(lr for lr in self.layout.learners if lr.id == lid)
+
+    def _checksum(self, cid: int) -> int:
+        return (cid * 2654435761) & 0xFFFFFFFF
+
+    def ppo_runner(self, runner: RunnerRole, n_chunks: int, state: _PpoIteration) -> Generator:
+        w = self.workload
+        group: list[tuple[Chunk, ChunkTrace]] = []
+        for i in range(n_chunks):
+            yield self.env.timeout(self.sample_time(w.fragment_length))
+            if self.path.route == "driver":
+                target = state.learners[state.next_shard()]  # the driver shards evenly
+            else:
+                target = self.layout.target(runner, i)
+            chunk, trace = self.new_chunk(runner, target, state.k)
+            state.expect(target, chunk, trace)
+            if self.path.route == "direct":
+                if group and group[0][1].learner != target.id:
+                    self.env.process(self.direct_group(runner, self._learner(group[0][1].learner), group, state))
+                    group = []
+                group.append((chunk, trace))
+                if len(group) >= self.path.granularity or i == n_chunks - 1:
+                    self.env.process(self.direct_group(runner, target, group, state))
+                    group = []
+            else:
+                state.runner_chunks[runner.id].append(chunk)
+        state.runner_done(runner.id, self.env.now)
+
+    # ---- stock PPO: everything through the driver, after sampling
+    def stock_ppo_driver(self, state: _PpoIteration, runner_procs: list) -> Generator:
+        k, s, w = state.k, self.stock, self.workload
+        driver_mem = self.layout.driver_memory
+        fetches = [self.env.process(self.stock_fetch_result(r, state.runner_chunks, state, driver_mem))
+                   for r in self.layout.runners]
+        yield simpy.AllOf(self.env, runner_procs)
+        t_a = self.env.now
+        yield simpy.AllOf(self.env, fetches)
+        self.rec.span(k, "a", t_a, self.env.now - len(self.layout.runners) * s.driver_bookkeeping)
+        t_b = self.env.now
+        sends = []
+        for lr in state.learners:
+            cids = state.assigned[lr.id]
+            nbytes = len(cids) * w.chunk_bytes
+            episodes = len(cids) * w.chunk_episodes
+            yield from self.on_driver(s.rpc_overhead + s.serialize(episodes, nbytes))
+            sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
+        yield simpy.AllOf(self.env, sends)
+
+    def stock_fetch_result(self, runner: RunnerRole, runner_chunks: dict, state: _PpoIteration, driver_mem: str) -> Generator:
+        """EnvRunner.sample() returns: serialize on the runner, move, ``ray.get`` in the driver."""
+        w, s = self.workload, self.stock
+        yield state.runner_done_event[runner.id]
+        cids = [c.id for c in runner_chunks[runner.id]]
+        if not cids:
+            return
+        nbytes, episodes = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes
+        yield from self.cpu(runner.node, s.serialize(episodes, nbytes))
+        for cid in cids:
+            yield from self.place_in(cid, f"{runner.memory}:pageable")
+        yield from self.transfer(runner.memory, driver_mem, nbytes)
+        for cid in cids:
+            yield from self.move_to(cid, f"{driver_mem}:pageable")
+        yield from self.on_driver(s.rpc_overhead / 2 + s.deserialize(episodes, nbytes))
+        yield from self.on_driver(s.driver_bookkeeping)
+        self.rec.span(state.k, "a2", 0.0, s.driver_bookkeeping)  # its own work; queueing is in a
+
+    def stock_deliver_shard(self, lr: LearnerRole, cids: list[int], nbytes: float, episodes: float,
+                            state: _PpoIteration, t_b: float) -> Generator:
+        s, w, k = self.stock, self.workload, state.k
+        yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
+        yield from self.cpu(lr.node, s.deserialize(episodes, nbytes))
+        for cid in cids:
+            yield from self.move_to(cid, lr.pageable)
+        observed = lr.index == 0
+        if observed:
+            self.rec.span(k, "b", t_b, self.env.now)
+        t_c = self.env.now
+        samples = len(cids) * w.chunk_steps
+        yield from self.cpu(lr.node, s.connector(samples, nbytes))
+        t_d = self.env.now
+        yield from self.cpu(lr.node, s.to_tensor_per_call)
+        yield from self.copy_to_device(lr, nbytes, pinned=False)
+        for cid in cids:
+            yield from self.move_to(cid, lr.device_tier)
+        t_gae = self.env.now
+        yield from self.compute[lr.device].run(samples * w.value_pass_per_sample)
+        if observed:
+            self.rec.span(k, "c", t_c, t_d)
+            self.rec.span(k, "d", t_d, t_gae)
+            self.rec.span(k, "gae", t_gae, self.env.now)
+        for cid in cids:
+            self.rec.chunks[cid].t_ready = self.env.now
+        state.chunks_ready(lr, len(cids), self.env.now)
+
+    # ---- the plane's direct path
+    def direct_group(self, runner: RunnerRole, learner: LearnerRole, group: list, state: Any) -> Generator:
+        """Ingest a group of chunks on the producer's node, place, move, build and ready them."""
+        w, p = self.workload, self.plane
+        if not self.path.overlap_collection and state is not None:
+            yield state.sampling_done
+        nbytes = sum(c.nbytes for c, _ in group)
+        samples = sum(c.steps for c, _ in group)
+        per_chunk = self.path.batch_build == "per-chunk"
+        work = p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
+        if per_chunk:
+            work += self.stock.connector(samples, nbytes)
+        yield from self.cpu(runner.node, work)
+        tier = self.decide_tier(group[0][0], runner, learner)
+        for chunk, _ in group:
+            yield from self.place_in(chunk.id, tier)
+        tier_device = self.topology.tier(tier).device
+        dst_kind = self.view.tiers[tier].kind
+        if dst_kind is TierKind.HBM:
+            if not self.path.pinned:
+                mem = self.topology.devices[runner.memory]
+                yield from self.cpu(runner.node, nbytes / (mem.get("pageable_copy_bandwidth") or 10e9))
+            gpu = self.topology.devices[tier_device]
+            yield self.env.timeout(gpu.get("copy_launch_overhead", 10e-6))
+        yield from self.transfer(runner.memory, tier_device, nbytes)
+        if tier != learner.device_tier and self.workload.algorithm != "dqn":  # replay samples in place
+            if per_chunk:
+                yield from self.scheduled_move(learner, [c.id for c, _ in group], nbytes, state)
+            else:
+                state.host_arrived(learner, [c.id for c, _ in group], nbytes, self.env.now)
+                return
+        if per_chunk and w.value_pass_per_sample > 0:
+            yield from self.compute[learner.device].run(samples * w.value_pass_per_sample)
+        for chunk, trace in group:
+            trace.t_ready = self.env.now
+        if state is not None:
+            state.chunks_ready(learner, len(group), self.env.now)
+
+    def scheduled_move(self, learner: LearnerRole, cids: list[int], nbytes: float, state: Any) -> Generator:
+        """Wait until the scheduling policy starts the move into the learner's device, then do it."""
+        if learner.hbm is None:
+            for cid in cids:
+                yield from self.move_to(cid, learner.device_tier)
+            return
+        gate = self.view.enqueue(learner, cids, nbytes)
+        yield gate
+        src_memory = self.topology.tier(self._location[cids[0]]).device
+        yield from self.copy_to_device(learner, nbytes, pinned=self.path.pinned or
+                                       self.view.tiers[self._location[cids[0]]].kind is TierKind.PINNED,
+                                       src_memory=src_memory if src_memory in self.topology.devices and
+                                       self.topology.devices[src_memory].kind == "memory" else None)
+        for cid in cids:
+            yield from self.move_to(cid, learner.device_tier)
+        self.view.moved(learner, cids)
+
+    def ppo_learner_batch(self, lr: LearnerRole, state: _PpoIteration) -> Generator:
+        """Wait for a learner's batch. For per-batch building on the direct path, build it here."""
+        yield state.sampling_done
+        self.view.learner_waiting(lr)
+        if self.path.route == "direct" and self.path.batch_build == "per-batch":
+            yield state.all_arrived_host[lr.id]
+            w, s = self.workload, self.stock
+            cids = state.assigned[lr.id]
+            nbytes, samples = len(cids) * w.chunk_bytes, len(cids) * w.chunk_steps
+            yield from self.cpu(lr.node, s.connector(samples, nbytes) + s.to_tensor_per_call)
+            yield from self.copy_to_device(lr, nbytes, pinned=self.path.pinned)
+            for cid in cids:
+                yield from self.move_to(cid, lr.device_tier)
+            yield from self.compute[lr.device].run(samples * w.value_pass_per_sample)
+            for cid in cids:
+                self.rec.chunks[cid].t_ready = self.env.now
+            state.chunks_ready(lr, len(cids), self.env.now)
+        yield state.all_ready[lr.id]
+        # device-side batch assembly: one pass over the batch in HBM
+        gpu = self.topology.devices.get(lr.device)
+        hbm_bw = gpu.get("memory_bandwidth", 1e12) if gpu is not None and gpu.kind == "gpu" else 10e9
+        yield self.env.timeout(len(state.assigned[lr.id]) * self.workload.chunk_bytes / hbm_bw)
+        state.batch_ready_at[lr.id] = self.env.now
+
+    # ================================================================== APPO / IMPALA (bounded staleness)
+    def appo_loop(self) -> Generator:
+        w = self.workload
+        learners = self.layout.learners
+        queues = {lr.id: _ReadyQueue(self.env) for lr in learners}
+        self._runner_version = {r.id: 0 for r in self.layout.runners}
+        self._stop = False
+        for r in self.layout.runners:
+            self.env.process(self.appo_runner(r, queues))
+        t_free = {lr.id: 0.0 for lr in learners}
+        reuse: dict[str, deque] = {lr.id: deque() for lr in learners}
+        uses: dict[int, int] = {}
+        for k in range(self.iterations):
+            self.version = k
+            gathers = [self.env.process(self.appo_gather(lr, k, queues[lr.id], reuse[lr.id], uses)) for lr in learners]
+            yield simpy.AllOf(self.env, gathers)
+            t_start = self.env.now
+            updates = []
+            finished: list[int] = []
+            for lr, g in zip(learners, gathers, strict=True):
+                cids, last_created, ready, done = g.value
+                finished.extend(done)
+                updates.append(UpdateTrace(k, lr.id, len(cids) * w.chunk_steps, t_free[lr.id], last_created,
+                                           ready, t_start, math.nan))
+                self.auditor.delivered(k, [(c, range(w.chunk_steps)) for c in cids], t_start,
+                                       checksums={c: self._checksum(c) for c in cids})
+            for cid in finished:  # used max_reuse times: leaves the plane
+                self.release(cid)
+            yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
+                w.update_overhead + u.samples * w.update_time_per_sample)) for lr, u in zip(learners, updates, strict=True)])
+            for u in updates:
+                u.t_end = t_free[u.learner] = self.env.now
+            self.rec.updates.extend(updates)
+            self.rec.span(k, "update", t_start, self.env.now)
+            if (k + 1) % w.broadcast_interval == 0:
+                self.env.process(self.broadcast(k + 1))
+            self._tick(k)
+        self._stop = True
+        # retire what is left: still-queued chunks are dropped (counted), buffers released
+        for lr in learners:
+            for cid in list(queues[lr.id].items) + [c for c, _ in reuse[lr.id]]:
+                if cid in self._chunks:
+                    self.auditor.dropped(cid, self.env.now, "end-of-run")
+                    self.release(cid)
+
+    def broadcast(self, version: int) -> Generator:
+        yield self.env.timeout(self.workload.weight_sync_time)
+        for rid in self._runner_version:
+            self._runner_version[rid] = max(self._runner_version[rid], version)
+
+    def appo_runner(self, runner: RunnerRole, queues: dict) -> Generator:
+        w = self.workload
+        i = 0
+        while not self._stop:
+            yield self.env.timeout(self.sample_time(w.fragment_length))
+            if self._stop:
+                return
+            if self.path.route == "driver":
+                target = self.layout.learners[i % len(self.layout.learners)]
+            else:
+                target = self.layout.target(runner, i)
+            i += 1
+            chunk, trace = self.new_chunk(runner, target, self._runner_version[runner.id])
+            queue = queues[target.id]
+            if self.path.route == "driver":
+                self.env.process(self.stock_appo_path(runner, target, chunk, queue))
+            else:
+                self.env.process(self._direct_then_queue(runner, target, chunk, trace, queue))
+            # backpressure: a runner does not outrun its learner's queue by more than max_lag batches
+            while len(queue.items) + queue.in_flight > (w.max_lag + 2) * w.chunks_per_batch and not self._stop:
+                yield queue.changed()
+
+    def _direct_then_queue(self, runner, target, chunk, trace, queue) -> Generator:
+        queue.in_flight += 1
+        yield from self.direct_group(runner, target, [(chunk, trace)], None)
+        queue.in_flight -= 1
+        queue.put(chunk.id)
+
+    def stock_appo_path(self, runner: RunnerRole, lr: LearnerRole, chunk: Chunk, queue) -> Generator:
+        """ray.put on the runner; the driver polls the reference; the learner resolves it, builds and
+        copies it (GPU loader thread) into the circular buffer."""
+        s, w = self.stock, self.workload
+        queue.in_flight += 1
+        t0 = self.env.now
+        yield from self.cpu(runner.node, s.serialize(w.chunk_episodes, chunk.nbytes))
+        yield from self.place_in(chunk.id, f"{runner.memory}:pageable")
+        yield from self.on_driver(s.rpc_overhead + s.driver_bookkeeping)
+        t_b = self.env.now
+        yield from self.on_driver(s.rpc_overhead / 4)  # hand the reference list to the learner actor
+        t_get = self.env.now
+        yield from self.transfer(runner.memory, lr.memory, chunk.nbytes)
+        yield from self.cpu(lr.node, s.deserialize(w.chunk_episodes, chunk.nbytes))
+        yield from self.move_to(chunk.id, lr.pageable)
+        t_c = self.env.now
+        yield from self.cpu(lr.node, s.connector(chunk.steps, chunk.nbytes))
+        t_d = self.env.now
+        yield from self.cpu(lr.node, s.to_tensor_per_call)
+        yield from self.copy_to_device(lr, chunk.nbytes, pinned=False)
+        yield from self.move_to(chunk.id, lr.device_tier)
+        self.rec.chunks[chunk.id].t_ready = self.env.now
+        if lr.index == 0:
+            k = self.version
+            self.rec.span(k, "a", t0, t_b)
+            self.rec.span(k, "b", t_b, t_get)
+            self.rec.span(k, "get", t_get, t_c)
+            self.rec.span(k, "c", t_c, t_d)
+            self.rec.span(k, "d", t_d, self.env.now)
+        queue.in_flight -= 1
+        queue.put(chunk.id)
+
+    def appo_gather(self, lr: LearnerRole, k: int, queue, reuse: deque, uses: dict) -> Generator:
+        """Assemble update k's batch: fresh chunks within the lag bound first; when none is ready,
+        reuse buffered chunks (circular buffer) up to ``max_reuse``; otherwise wait."""
+        w = self.workload
+        min_version = k - w.max_lag
+        batch: list[int] = []
+        while len(batch) < w.chunks_per_batch:
+            while queue.items and len(batch) < w.chunks_per_batch:
+                cid = queue.items.popleft()
+                queue.notify()
+                if self._chunks[cid].policy_version < min_version:
+                    self.auditor.dropped(cid, self.env.now, "stale")
+                    self.rec.dropped_stale += self._chunks[cid].steps
+                    self.release(cid)
+                    continue
+                batch.append(cid)
+            if len(batch) >= w.chunks_per_batch:
+                break
+            # reuse from the circular buffer only what is still admissible
+            while reuse and len(batch) < w.chunks_per_batch:
+                cid, _ = reuse.popleft()
+                if self._chunks[cid].policy_version >= min_version and uses[cid] < w.max_reuse:
+                    batch.append(cid)
+                else:
+                    self.release(cid)
+            if len(batch) < w.chunks_per_batch:
+                self.view.learner_waiting(lr)
+                yield queue.changed()
+        self.view.learner_busy(lr)
+        fresh = [self._chunks[c].t_created for c in batch if uses.get(c, 0) == 0]
+        done = []
+        for cid in batch:
+            uses[cid] = uses.get(cid, 0) + 1
+            if uses[cid] < w.max_reuse:
+                reuse.append((cid, uses[cid]))
+            else:
+                done.append(cid)
+        return batch, max(fresh, default=0.0), self.env.now, done
+
+    # ================================================================== DQN (replay)
+    def dqn_loop(self) -> Generator:
+        if self.path.route == "driver":
+            yield from self.stock_dqn()
+        else:
+            yield from self.plane_dqn()
+
+    def _replay_sample(self, buffer: deque, n: int) -> list[tuple[int, np.ndarray]]:
+        """Uniform sampling over resident steps, grouped into per-chunk selections."""
+        steps = self.workload.chunk_steps
+        picks = self.rng.integers(0, len(buffer) * steps, size=n)
+        chunk_pos, idx = np.divmod(picks, steps)
+        out = []
+        for pos in np.unique(chunk_pos):
+            out.append((buffer[int(pos)], idx[chunk_pos == pos]))
+        return out
+
+    def _replay_insert(self, buffer: deque, cid: int) -> None:
+        buffer.append(cid)
+        while len(buffer) * self.workload.chunk_steps > self.workload.replay_capacity:
+            self.release(buffer.popleft())
+
+    def stock_dqn(self) -> Generator:
+        """``DQN.training_step``: sample, add, then replay-ratio many updates, then sync weights."""
+        w, s = self.workload, self.stock
+        learners, runners = self.layout.learners, self.layout.runners
+        driver_mem = self.layout.driver_memory
+        buffer: deque[int] = deque()
+        inserted = sampled = 0
+        update = 0
+        t_free = {lr.id: 0.0 for lr in learners}
+        batch_bytes = w.batch_size * w.bytes_per_step
+        while update < self.iterations:
+            it = update
+            t0 = self.env.now
+            sample_procs = [self.env.process(self._dqn_sample(r)) for r in runners]
+            results = yield simpy.AllOf(self.env, sample_procs)
+            self.rec.span(it, "sampling", t0, self.env.now)
+            new = [results[p] for p in sample_procs]
+            last_created = max(self._chunks[c].t_created for c in new)
+            t_a = self.env.now
+            for runner, cid in zip(runners, new, strict=True):
+                yield from self.cpu(runner.node, s.serialize(w.chunk_episodes, w.chunk_bytes))
+                yield from self.place_in(cid, f"{runner.memory}:pageable")
+                yield from self.transfer(runner.memory, driver_mem, w.chunk_bytes)
+                yield from self.on_driver(s.rpc_overhead + s.deserialize(w.chunk_episodes, w.chunk_bytes))
+                yield from self.move_to(cid, f"{driver_mem}:pageable")
+            self.rec.span(it, "a", t_a, self.env.now)
+            t_add = self.env.now
+            for cid in new:
+                yield from self.on_driver(s.buffer_add_per_call + s.buffer_add_per_step * w.chunk_steps)
+                self._replay_insert(buffer, cid)
+                inserted += w.chunk_steps
+            self.rec.span(it, "buffer_add", t_add, self.env.now)
+            due = 0
+            if inserted >= w.min_size:
+                due = int(max(0, w.replay_ratio * (inserted - w.min_size) - sampled) // (w.batch_size * len(learners)))
+            for _ in range(min(due, self.iterations - update)):
+                t_smp = self.env.now
+                selections = {}
+                for lr in learners:
+                    yield from self.on_driver(s.buffer_sample_per_call)
+                    selections[lr.id] = self._replay_sample(buffer, w.batch_size)
+                    sampled += w.batch_size
+                self.rec.span(update, "buffer_sample", t_smp, self.env.now)
+                t_b = self.env.now
+                prep = [self.env.process(self._stock_dqn_batch(lr, batch_bytes, update, t_b)) for lr in learners]
+                yield simpy.AllOf(self.env, prep)
+                ready = self.env.now
+                for lr in learners:
+                    self.auditor.delivered(update, selections[lr.id], ready)
+                    for cid, _ in selections[lr.id]:
+                        if math.isnan(self.rec.chunks[cid].t_ready):
+                            self.rec.chunks[cid].t_ready = ready
+                u_traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
+                            for lr in learners]
+                yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
+                    w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
+                self.rec.span(update, "update", ready, self.env.now)
+                for u in u_traces:
+                    u.t_end = t_free[u.learner] = self.env.now
+                self.rec.updates.extend(u_traces)
+                self._tick(update)
+                update += 1
+            t_sync = self.env.now
+            yield self.env.timeout(w.weight_sync_time)
+            yield from self.on_driver(s.driver_loop_overhead)
+            self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
+
+    def _dqn_sample(self, runner: RunnerRole) -> Generator:
+        yield self.env.timeout(self.sample_time(self.workload.fragment_length))
+        chunk, trace = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
+        trace.t_ready = math.nan
+        return chunk.id
+
+    def _stock_dqn_batch(self, lr: LearnerRole, nbytes: float, update: int, t_b: float) -> Generator:
+        s, w = self.stock, self.workload
+        yield from self.on_driver(s.rpc_overhead / 4 + s.serialize(1, nbytes))
+        yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
+        yield from self.cpu(lr.node, s.deserialize(1, nbytes))
+        t_c = self.env.now
+        yield from self.cpu(lr.node, s.connector(w.batch_size, nbytes))
+        t_d = self.env.now
+        yield from self.cpu(lr.node, s.to_tensor_per_call)
+        yield from self.copy_to_device(lr, nbytes, pinned=False)
+        if lr.index == 0:
+            self.rec.span(update, "b", t_b, t_c)
+            self.rec.span(update, "c", t_c, t_d)
+            self.rec.span(update, "d", t_d, self.env.now)
+
+    def plane_dqn(self) -> Generator:
+        """The plane's replay: runners stream chunks into a replay table placed by the policy (HBM
+        first, spilling down); the contract's own rate limiter (``can_insert``/``can_sample``) holds
+        the replay-ratio band; learners sample on device, prefetching the next batch while the
+        current update runs."""
+        learners = self.layout.learners
+        self._replay = {lr.id: deque() for lr in learners}
+        self._inserted = self._sampled = 0
+        self._replay_changed = self.env.event()
+        self._stop = False
+        for r in self.layout.runners:
+            self.env.process(self.plane_dqn_runner(r))
+        procs = [self.env.process(self.plane_dqn_learner(lr)) for lr in learners]
+        yield simpy.AllOf(self.env, procs)
+        self._stop = True
+
+    def _replay_notify(self) -> None:
+        event, self._replay_changed = self._replay_changed, self.env.event()
+        event.succeed()
+
+    def plane_dqn_runner(self, runner: RunnerRole) -> Generator:
+        w = self.workload
+        i = 0
+        while not self._stop:
+            yield self.env.timeout(self.sample_time(w.fragment_length))
+            lr = self.layout.target(runner, i)
+            i += 1
+            # rate limiter, insert side: the runner blocks (backpressure) rather than run ahead
+            while not self.contract.can_insert(w.chunk_steps, self._inserted, self._sampled) and not self._stop:
+                yield self._replay_changed
+            if self._stop:
+                return
+            chunk, trace = self.new_chunk(runner, lr, self.version)
+            self._inserted += w.chunk_steps
+            yield from self.direct_group(runner, lr, [(chunk, trace)], None)
+            self._replay_insert(self._replay[lr.id], chunk.id)
+            self._replay_notify()
+
+    def plane_dqn_learner(self, lr: LearnerRole) -> Generator:
+        w = self.workload
+        t_free = 0.0
+        prefetched: tuple | None = None
+        for update in range(self.iterations):
+            if prefetched is None:
+                prefetched = yield from self._plane_dqn_fetch(lr, update)
+            selections, last_created, ready = prefetched
+            prefetched = None
+            t_start = max(self.env.now, ready)
+            trace = UpdateTrace(update, lr.id, w.batch_size, t_free, last_created, ready, t_start, math.nan)
+            run = self.env.process(self.compute[lr.device].run(w.update_overhead + w.batch_size * w.update_time_per_sample))
+            if self.path.overlap_update and update + 1 < self.iterations:
+                fetch = self.env.process(self._plane_dqn_fetch(lr, update + 1))
+                yield run
+                trace.t_end = t_free = self.env.now
+                prefetched = yield fetch
+            else:
+                yield run
+                trace.t_end = t_free = self.env.now
+            self.rec.updates.append(trace)
+            self.rec.span(update, "update", t_start, trace.t_end)
+            if lr.index == 0:
+                self._tick(update)
+            if (update + 1) % w.broadcast_interval == 0:
+                yield self.env.timeout(w.weight_sync_time)  # the learner's own broadcast step
+
+    def _plane_dqn_fetch(self, lr: LearnerRole, update: int) -> Generator:
+        """Sample a batch for ``update`` (delivered to the learner now, as the limiter counts it)."""
+        w = self.workload
+        while not self._replay[lr.id] or not self.contract.can_sample(w.batch_size, self._inserted, self._sampled):
+            yield self._replay_changed
+        self._sampled += w.batch_size
+        last_created = self._chunks[self._replay[lr.id][-1]].t_created
+        selections = self._replay_sample(self._replay[lr.id], w.batch_size)
+        self.auditor.delivered(update, selections, self.env.now)
+        self._replay_notify()
+        # gather: samples living off-device are copied in; on-device ones are an index gather
+        off_device = sum(len(idx) for cid, idx in selections if self._location.get(cid) != lr.device_tier)
+        yield self.env.timeout(self.plane.device_sample_per_call)
+        if off_device and lr.hbm is not None:
+            yield from self.copy_to_device(lr, off_device * w.bytes_per_step, pinned=True)
+        return selections, last_created, self.env.now
+
+
+class _PpoIteration:
+    """Book-keeping of one synchronous PPO iteration: which chunks go to which learner, and events
+    that fire when sampling ends, when a learner's chunks have arrived, and when its batch is ready."""
+
+    def __init__(self, sim: Simulation, k: int, learners: list[LearnerRole]):
+        self.sim, self.k, self.learners = sim, k, learners
+        env = sim.env
+        self.assigned: dict[str, list[int]] = {lr.id: [] for lr in learners}
+        self.last_created = {lr.id: 0.0 for lr in learners}
+        self.samples = {lr.id: 0 for lr in learners}
+        self.ready_count = {lr.id: 0 for lr in learners}
+        self.host_count = {lr.id: 0 for lr in learners}
+        self.all_ready = {lr.id: env.event() for lr in learners}
+        self.all_arrived_host = {lr.id: env.event() for lr in learners}
+        self.batch_ready_at = {lr.id: math.nan for lr in learners}
+        self.sampling_done = env.event()
+        self.t_sampling_done = math.nan
+        self.runner_chunks = {r.id: [] for r in sim.layout.runners}
+        self.runner_done_event = {r.id: env.event() for r in sim.layout.runners}
+        self._runners_left = len(sim.layout.runners)
+        self._shard = 0
+
+    def next_shard(self) -> int:
+        i = self._shard % len(self.learners)
+        self._shard += 1
+        return i
+
+    def expect(self, lr: LearnerRole, chunk: Chunk, trace: ChunkTrace) -> None:
+        self.assigned[lr.id].append(chunk.id)
+        self.samples[lr.id] += chunk.steps
+        self.last_created[lr.id] = max(self.last_created[lr.id], chunk.t_created)
+
+    def runner_done(self, runner_id: str, t: float) -> None:
+        self.runner_done_event[runner_id].succeed()
+        self._runners_left -= 1
+        if self._runners_left == 0:
+            self.t_sampling_done = t
+            self.sampling_done.succeed()
+            for lr in self.learners:
+                self.chunks_ready(lr, 0, t)
+                self._check_host(lr)
+
+    def chunks_ready(self, lr: LearnerRole, n: int, t: float) -> None:
+        self.ready_count[lr.id] += n
+        if self.sampling_done.triggered and self.ready_count[lr.id] >= len(self.assigned[lr.id]):
+            if not self.all_ready[lr.id].triggered:
+                self.all_ready[lr.id].succeed()
+
+    def host_arrived(self, lr: LearnerRole, cids: list[int], nbytes: float, t: float) -> None:
+        self.host_count[lr.id] += len(cids)
+        self._check_host(lr)
+
+    def _check_host(self, lr: LearnerRole) -> None:
+        if (self.sampling_done.triggered and self.host_count[lr.id] >= len(self.assigned[lr.id])
+                and not self.all_arrived_host[lr.id].triggered):
+            self.all_arrived_host[lr.id].succeed()
+
+
+class _ReadyQueue:
+    """Chunks ready for a learner (APPO), with an event that fires on every change."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.items: deque[int] = deque()
+        self.in_flight = 0
+        self._changed = env.event()
+
+    def put(self, cid: int) -> None:
+        self.items.append(cid)
+        self.notify()
+
+    def notify(self) -> None:
+        event, self._changed = self._changed, self.env.event()
+        event.succeed()
+
+    def changed(self) -> simpy.Event:
+        return self._changed

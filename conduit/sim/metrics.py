@@ -1,0 +1,184 @@
+"""What a simulation measured: per-chunk and per-update traces, segments, and DESIGN.md metrics.
+
+Definitions (DESIGN.md, used exactly):
+
+* **experience path** of a chunk: ``t_ready - t_created``, where ``t_ready`` is when its data sits in
+  the learner's compute-device memory in the layout the update consumes (after batch building,
+  to-tensor and, for PPO, the value pass);
+* **exposed experience-path latency** of an update:
+  ``t_batch_ready - max(t_learner_free, t_last_needed_chunk_created)``;
+* **iteration time**: time between the starts of consecutive learner updates;
+* **experience share**: exposed experience-path latency / iteration time (ratio of the means).
+
+Segments (``a``, ``b``, ``c``, ``d``, ``gae``, ...) are wall-clock spans on the observed learner (learner
+0) and the driver, summed per iteration, named as in the reference measurement.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class ChunkTrace:
+    chunk_id: int
+    runner: str
+    learner: str
+    version: int
+    steps: int
+    nbytes: float
+    tier: str
+    t_created: float
+    t_ready: float = math.nan
+
+
+@dataclass
+class UpdateTrace:
+    update: int
+    learner: str
+    samples: int
+    t_learner_free: float
+    t_last_created: float
+    t_batch_ready: float
+    t_start: float
+    t_end: float
+
+    @property
+    def exposed(self) -> float:
+        return max(0.0, self.t_batch_ready - max(self.t_learner_free, self.t_last_created))
+
+
+@dataclass
+class Recorder:
+    chunks: dict[int, ChunkTrace] = field(default_factory=dict)
+    updates: list[UpdateTrace] = field(default_factory=list)
+    segments: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
+    rejected_decisions: int = 0
+    rejections: list[str] = field(default_factory=list)
+    dropped_stale: int = 0
+
+    def span(self, iteration: int, name: str, start: float, end: float) -> None:
+        self.segments[iteration][name] += end - start
+
+    def reject(self, message: str) -> None:
+        self.rejected_decisions += 1
+        if len(self.rejections) < 20:
+            self.rejections.append(message)
+
+    # -- summary ----------------------------------------------------------------------------
+    def update_starts(self) -> np.ndarray:
+        """Start time of each update, once per update index (learners update together)."""
+        starts: dict[int, float] = {}
+        for u in self.updates:
+            starts[u.update] = min(starts.get(u.update, math.inf), u.t_start)
+        return np.array([starts[k] for k in sorted(starts)])
+
+    def metrics(self, warmup: int = 1) -> dict[str, Any]:
+        """DESIGN.md metrics over updates after ``warmup`` (the first iteration fills pipelines)."""
+        updates = [u for u in self.updates if u.update >= warmup] or self.updates
+        exposed_by_update: dict[int, list[float]] = defaultdict(list)
+        for u in updates:
+            exposed_by_update[u.update].append(u.exposed)
+        # an update waits for its slowest learner: per update, the largest exposed latency
+        exposed = np.array([max(v) for _, v in sorted(exposed_by_update.items())]) if exposed_by_update else np.zeros(1)
+        starts = self.update_starts()
+        starts = starts[min(warmup, max(0, len(starts) - 2)) :]
+        iteration = np.diff(starts) if len(starts) >= 2 else np.array([math.nan])
+        paths = np.array([c.t_ready - c.t_created for c in self.chunks.values() if not math.isnan(c.t_ready)])
+        mean_iter = float(np.mean(iteration))
+        mean_exposed = float(np.mean(exposed))
+        return {
+            "exposed_experience_path_s": mean_exposed,
+            "experience_path_s": float(np.mean(paths)) if len(paths) else math.nan,
+            "iteration_time_s": mean_iter,
+            "experience_share": mean_exposed / mean_iter if mean_iter > 0 else math.nan,
+            "exposed_experience_path_p50_s": float(np.median(exposed)),
+            "experience_path_p99_s": float(np.percentile(paths, 99)) if len(paths) else math.nan,
+            "iteration_time_p50_s": float(np.median(iteration)),
+            "updates": len({u.update for u in self.updates}),
+            "chunks": len(self.chunks),
+            "rejected_decisions": self.rejected_decisions,
+        }
+
+    def segment_means(self, warmup: int = 1) -> dict[str, float]:
+        iters = [k for k in sorted(self.segments) if k >= warmup] or sorted(self.segments)
+        names = sorted({n for k in iters for n in self.segments[k]})
+        return {n: float(np.mean([self.segments[k].get(n, 0.0) for k in iters])) for n in names}
+
+    # -- traces ---------------------------------------------------------------------------------
+    def write_trace(self, path: str | Path) -> list[Path]:
+        """Per-chunk and per-update traces as CSV (``FILE`` and ``FILE`` with ``.updates`` before the
+        suffix), or Parquet when the suffix is ``.parquet`` and pyarrow is installed."""
+        path = Path(path)
+        chunk_rows = [
+            {
+                "chunk_id": c.chunk_id,
+                "runner": c.runner,
+                "learner": c.learner,
+                "version": c.version,
+                "steps": c.steps,
+                "bytes": c.nbytes,
+                "tier": c.tier,
+                "t_created": c.t_created,
+                "t_ready": c.t_ready,
+                "experience_path_s": c.t_ready - c.t_created,
+            }
+            for c in self.chunks.values()
+        ]
+        update_rows = [
+            {
+                "update": u.update,
+                "learner": u.learner,
+                "samples": u.samples,
+                "t_learner_free": u.t_learner_free,
+                "t_last_needed_chunk_created": u.t_last_created,
+                "t_batch_ready": u.t_batch_ready,
+                "t_start": u.t_start,
+                "t_end": u.t_end,
+                "exposed_experience_path_s": u.exposed,
+            }
+            for u in self.updates
+        ]
+        update_path = path.with_name(f"{path.stem}.updates{path.suffix}")
+        if path.suffix == ".parquet":
+            from conduit.errors import ConduitError
+
+            try:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise ConduitError("--trace FILE.parquet needs pyarrow; use a .csv file name instead") from None
+            pq.write_table(pa.Table.from_pylist(chunk_rows), path)
+            pq.write_table(pa.Table.from_pylist(update_rows), update_path)
+        else:
+            for rows, target in ((chunk_rows, path), (update_rows, update_path)):
+                with open(target, "w", newline="") as handle:
+                    writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["empty"])
+                    writer.writeheader()
+                    writer.writerows(rows)
+        return [path, update_path]
+
+
+def dumps(obj: Any) -> str:
+    """JSON with NaN written as null, so any JSON reader accepts it."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(v) for v in x]
+        if isinstance(x, np.generic):
+            return clean(x.item())
+        return x
+
+    return json.dumps(clean(obj), indent=2)

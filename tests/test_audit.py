@@ -1,0 +1,970 @@
+"""The auditor: valid event streams give zero violations; each injected fault is caught as its kind.
+
+Valid streams come from small plane models written here, one per contract, that obey the contract
+by construction (and, for Replay, ask the contract's rate limiter before every insert and sample).
+Each fault is then injected into such a stream by editing its event list, and the report must
+attribute it to exactly the expected kind.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conduit.audit import (
+    MAX_EXAMPLES,
+    Auditor,
+    AuditReport,
+    EventKind,
+    PlaneEvent,
+    ViolationKind,
+)
+from conduit.chunk import (
+    Chunk,
+    Selection,
+    checksum_bytes,
+    normalize_indices,
+    selection_size,
+)
+from conduit.contracts import BoundedStaleness, OnPolicy, Replay
+from conduit.errors import ConduitError
+
+E = EventKind
+V = ViolationKind
+ALL_KINDS = {k.value for k in ViolationKind}
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def run(contract, events, caps=None) -> AuditReport:
+    auditor = Auditor(contract, caps)
+    for ev in events:
+        auditor.observe(ev)
+    return auditor.finish(events[-1].t + 1 if events else 0.0)
+
+
+def only(report: AuditReport, kind: ViolationKind) -> int:
+    """The count of ``kind``, after asserting every other kind is zero."""
+    others = {k: v for k, v in report.by_kind.items() if k != kind.value and v}
+    assert not others, (kind, others, report.examples)
+    return report.by_kind[kind.value]
+
+
+def assert_clean(report: AuditReport) -> None:
+    assert report.violations == 0, (report.summary(), report.examples)
+    assert set(report.by_kind) == ALL_KINDS
+
+
+def mk(cid, steps=10, version=0, nbytes=None, checksum=None) -> Chunk:
+    return Chunk(cid, "actor0", "node0", steps, steps * 8 if nbytes is None else nbytes, version,
+                 0.0, checksum=checksum)
+
+
+def as_array(indices, steps) -> np.ndarray:
+    idx, _, _ = normalize_indices(indices, steps)
+    return np.arange(steps)[idx] if isinstance(idx, slice) else np.asarray(idx)
+
+
+# =============================================================================================
+# chunks and selections
+# =============================================================================================
+
+
+def test_chunk_validation_names_the_field():
+    with pytest.raises(ConduitError, match="steps"):
+        mk("a", steps=0)
+    with pytest.raises(ConduitError, match="nbytes"):
+        mk("a", nbytes=-1)
+    with pytest.raises(ConduitError, match="policy_version"):
+        Chunk("a", "p", "n", 1, 1, "v1", 0.0)  # type: ignore[arg-type]
+
+
+def test_chunk_identity_ignores_payload_and_lists_its_samples():
+    a = Chunk(7, "p", "n", 3, 24, 1, 0.5, payload={"obs": np.zeros(3)})
+    b = Chunk(7, "p", "n", 3, 24, 1, 0.5, payload={"obs": np.ones(3)})
+    assert a == b and hash(a) == hash(b)
+    assert list(a.sample_ids()) == [(7, 0), (7, 1), (7, 2)]
+    assert a.bytes_per_step == 8
+
+
+def test_chunk_from_payload_reads_steps_bytes_and_checksum():
+    cols = {"obs": np.arange(12, dtype=np.float32).reshape(4, 3), "act": np.arange(4)}
+    c = Chunk.from_payload("x", "p", "n", 2, 1.0, cols)
+    assert c.steps == 4
+    assert c.nbytes == 12 * 4 + 4 * 8
+    assert c.checksum == checksum_bytes(cols)
+    assert c.checksum == checksum_bytes({"act": cols["act"], "obs": cols["obs"]})  # key order
+    with pytest.raises(ConduitError, match="length"):
+        Chunk.from_payload("y", "p", "n", 0, 0.0, {"a": np.zeros(3), "b": np.zeros(4)})
+
+
+def test_checksum_sees_every_byte_and_ignores_memory_layout():
+    a = np.arange(1000, dtype=np.int32).reshape(10, 100)
+    assert checksum_bytes(a) == checksum_bytes(a.tobytes()) == checksum_bytes([a])
+    strided = np.asfortranarray(a)
+    assert checksum_bytes(strided) == checksum_bytes(a)
+    assert checksum_bytes(a[:, ::2]) == checksum_bytes(np.ascontiguousarray(a[:, ::2]))
+    b = a.copy()
+    b[3, 7] ^= 1
+    assert checksum_bytes(b) != checksum_bytes(a)
+    assert checksum_bytes([a[:5], a[5:]]) == checksum_bytes(a)  # buffers chain
+
+
+@given(
+    steps=st.integers(1, 50),
+    spec=st.one_of(
+        st.tuples(st.just("range"), st.integers(-5, 60), st.integers(-5, 60), st.integers(1, 4)),
+        st.tuples(st.just("slice"), st.none() | st.integers(0, 60), st.none() | st.integers(0, 60),
+                  st.none() | st.integers(1, 4)),
+        st.tuples(st.just("array"), st.lists(st.integers(-3, 60), max_size=40)),
+    ),
+)
+def test_normalize_indices_matches_a_reference(steps, spec):
+    if spec[0] == "range":
+        indices = range(spec[1], spec[2], spec[3])
+        wanted = list(indices)
+    elif spec[0] == "slice":
+        indices = slice(spec[1], spec[2], spec[3])
+        start = spec[1] or 0
+        stop = steps if spec[2] is None else spec[2]
+        wanted = list(range(start, stop, spec[3] or 1))
+    else:
+        indices = np.array(spec[1], dtype=np.int64)
+        wanted = list(spec[1])
+    idx, count, bad = normalize_indices(indices, steps)
+    good = [i for i in wanted if 0 <= i < steps]
+    assert count == len(good)
+    assert bad == len(wanted) - len(good)
+    assert np.arange(steps)[idx].tolist() == good
+    assert selection_size(indices, steps) == len(wanted)
+
+
+def test_selection_helpers():
+    c = mk("c", steps=5)
+    sel = Selection.whole(c)
+    assert sel == ("c", range(5))
+    assert sel.size() == 5
+    assert list(Selection("c", slice(1, None)).sample_ids(5)) == [("c", i) for i in range(1, 5)]
+    assert Selection("c", np.array([True, False, True, False, False])).size() == 2
+    with pytest.raises(ConduitError):
+        selection_size(slice(2, None))
+
+
+# =============================================================================================
+# OnPolicy: a PPO-like plane
+# =============================================================================================
+
+
+@st.composite
+def on_policy_streams(draw, keep_resident=None, min_updates=1):
+    """Ingest → place in host → move to HBM → deliver (epochs × minibatches) → consume → evict.
+
+    Some samples are dropped as "truncated" before delivery (never delivered afterwards). HBM
+    capacity is exactly the largest update, so the placement is tight but never over.
+    """
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n_updates = draw(st.integers(min_updates, 4))
+    keep = draw(st.booleans()) if keep_resident is None else keep_resident
+    style = draw(st.sampled_from(["range", "array"]))
+    per_update = []
+    n = 0
+    for k in range(n_updates):
+        chunks = []
+        for _ in range(draw(st.integers(1, 4))):
+            steps = draw(st.integers(1, 40))
+            chunks.append(Chunk(f"c{n}", f"actor{n % 3}", f"node{n % 2}", steps, steps * 8, k,
+                                float(k), checksum=int(rng.integers(0, 2**32))))
+            n += 1
+        per_update.append(chunks)
+    caps = {
+        "hbm": max(sum(c.nbytes for c in cs) for cs in per_update),
+        "host": sum(c.nbytes for cs in per_update for c in cs),
+    }
+    events: list[PlaneEvent] = []
+    t = 0.0
+
+    def emit(kind, **kw):
+        nonlocal t
+        t += 0.25
+        events.append(PlaneEvent(kind, t, **kw))
+
+    epochs = draw(st.integers(1, 3))
+    minibatches = draw(st.integers(1, 4))
+    for k, chunks in enumerate(per_update):
+        for c in chunks:
+            emit(E.INGESTED, chunk=c)
+            emit(E.PLACED, chunk_id=c.id, tier="host", nbytes=c.nbytes)
+        keep_idx = {}
+        for c in chunks:
+            if style == "range":  # drop a tail
+                d = int(rng.integers(0, c.steps)) if rng.random() < 0.3 else 0
+                dropped = np.arange(c.steps - d, c.steps)
+            else:  # drop a random subset (maybe all)
+                dropped = np.flatnonzero(rng.random(c.steps) < 0.15)
+            if dropped.size:
+                emit(E.DROPPED, chunk_id=c.id, reason="truncated", indices=dropped)
+            keep_idx[c.id] = np.setdiff1d(np.arange(c.steps), dropped)
+        for c in chunks:
+            emit(E.MOVED, chunk_id=c.id, src_tier="host", dst_tier="hbm", nbytes=c.nbytes)
+        sums = {c.id: c.checksum for c in chunks}
+        for _ in range(epochs):
+            if style == "range":
+                batches = [[] for _ in range(minibatches)]
+                for c in chunks:
+                    stop = int(keep_idx[c.id].size)  # a prefix survives
+                    cuts = np.linspace(0, stop, minibatches + 1).astype(int)
+                    for b in range(minibatches):
+                        if cuts[b + 1] > cuts[b]:
+                            batches[b].append((c.id, range(int(cuts[b]), int(cuts[b + 1]))))
+            else:
+                pairs = [(c.id, i) for c in chunks for i in keep_idx[c.id]]
+                order = rng.permutation(len(pairs))
+                batches = []
+                for part in np.array_split(order, minibatches):
+                    by_chunk: dict = {}
+                    for p in part:
+                        cid, i = pairs[p]
+                        by_chunk.setdefault(cid, []).append(i)
+                    batches.append([(cid, np.array(ix)) for cid, ix in by_chunk.items()])
+            for batch in batches:
+                if batch:
+                    emit(E.DELIVERED, update=k, selections=batch,
+                         checksums={cid: sums[cid] for cid, _ in batch})
+        emit(E.CONSUMED, update=k)
+        for c in chunks:
+            if keep:
+                emit(E.MOVED, chunk_id=c.id, src_tier="hbm", dst_tier="host", nbytes=c.nbytes)
+            else:
+                emit(E.EVICTED, chunk_id=c.id)
+    return events, caps, per_update, keep_idx_all(per_update, events), epochs
+
+
+def keep_idx_all(per_update, events):
+    """Samples that were delivered at least once, per chunk id."""
+    got: dict = {c.id: set() for cs in per_update for c in cs}
+    for ev in events:
+        if ev.kind is E.DELIVERED:
+            for cid, ix in ev.selections:
+                steps = next(c.steps for cs in per_update for c in cs if c.id == cid)
+                got[cid].update(as_array(ix, steps).tolist())
+    return got
+
+
+def deliveries(events):
+    return [i for i, ev in enumerate(events) if ev.kind is E.DELIVERED]
+
+
+@SETTINGS
+@given(on_policy_streams())
+def test_valid_on_policy_streams_are_clean(stream):
+    events, caps, per_update, delivered, epochs = stream
+    report = run(OnPolicy(), events, caps)
+    assert_clean(report)
+    chunks = [c for cs in per_update for c in cs]
+    n_ingested = sum(c.steps for c in chunks)
+    n_delivered = sum(len(v) for v in delivered.values())
+    assert report.ingested_samples == n_ingested
+    assert report.ingested_bytes == sum(c.nbytes for c in chunks)
+    assert report.delivered_samples == epochs * n_delivered
+    assert report.dropped_samples.get("truncated", 0) == n_ingested - n_delivered
+    assert report.updates_consumed == len(per_update)
+    assert report.peak_occupancy["hbm"] <= caps["hbm"]
+    assert report.checksums_verified == sum(len(ev.checksums or ()) for ev in events)
+    assert report.finished
+
+
+@SETTINGS
+@given(on_policy_streams(), st.data())
+def test_on_policy_lost_sample(stream, data):
+    events, caps, per_update, delivered, _ = stream
+    candidates = [(cid, i) for cid, ix in delivered.items() for i in sorted(ix)]
+    if not candidates:
+        return
+    cid, i = data.draw(st.sampled_from(candidates))
+    steps = {c.id: c.steps for cs in per_update for c in cs}
+    edited = []
+    for ev in events:
+        if ev.kind is E.DELIVERED:
+            sels = []
+            for c, ix in ev.selections:
+                arr = as_array(ix, steps[c])
+                if c == cid:
+                    arr = arr[arr != i]
+                if arr.size:
+                    sels.append((c, arr))
+            if not sels:
+                continue
+            ev = replace(ev, selections=sels)
+        edited.append(ev)
+    assert only(run(OnPolicy(), edited, caps), V.LOST) == 1
+
+
+@SETTINGS
+@given(on_policy_streams(), st.data())
+def test_on_policy_sample_repeated_in_one_delivery(stream, data):
+    events, caps, *_ = stream
+    where = deliveries(events)
+    if not where:
+        return
+    at = data.draw(st.sampled_from(where))
+    ev = events[at]
+    cid, ix = ev.selections[0]
+    first = int(as_array(ix, 10**6)[0])
+    events[at] = replace(ev, selections=[*ev.selections, (cid, np.array([first]))])
+    report = run(OnPolicy(), events, caps)
+    assert only(report, V.DUPLICATED) == 1
+    assert str(cid) in report.examples["duplicated"][0]
+
+
+@SETTINGS
+@given(on_policy_streams(keep_resident=True, min_updates=2), st.data())
+def test_on_policy_sample_used_by_a_second_update(stream, data):
+    """Re-delivering update k's data to update k+1 is a duplicate, and stale too: both are true."""
+    events, caps, per_update, delivered, _ = stream
+    k = data.draw(st.integers(0, len(per_update) - 2))
+    used = [(c.id, sorted(delivered[c.id])) for c in per_update[k] if delivered[c.id]]
+    if not used:
+        return
+    cid, ix = used[0]
+    at = max(i for i in deliveries(events) if events[i].update == k + 1) if any(
+        events[i].update == k + 1 for i in deliveries(events)) else None
+    if at is None:
+        return
+    ev = events[at]
+    events[at] = replace(ev, selections=[*ev.selections, (cid, np.array(ix))])
+    report = run(OnPolicy(), events, caps)
+    assert report.by_kind["duplicated"] == len(ix)
+    assert report.by_kind["stale"] == len(ix)
+    assert report.violations == 2 * len(ix)
+
+
+@SETTINGS
+@given(on_policy_streams())
+def test_on_policy_stale_chunk(stream):
+    """A chunk of another policy version delivered into update k: stale, and only stale."""
+    events, caps, per_update, *_ = stream
+    k = len(per_update) - 1
+    late = mk("late", steps=6, version=k - 1)  # arrives after update k-1 was consumed
+    at = next(i for i, ev in enumerate(events) if ev.kind is E.CONSUMED and ev.update == k)
+    t = events[at].t
+    events[at:at] = [
+        PlaneEvent(E.INGESTED, t, chunk=late),
+        PlaneEvent(E.DELIVERED, t, update=k, selections=[("late", range(6))]),
+    ]
+    report = run(OnPolicy(), events, caps)
+    assert only(report, V.STALE) == 6
+    assert "'late'" in report.examples["stale"][0] and f"update {k}" in report.examples["stale"][0]
+
+
+@SETTINGS
+@given(on_policy_streams(), st.data())
+def test_on_policy_corrupted_bytes(stream, data):
+    events, caps, *_ = stream
+    where = [i for i in deliveries(events) if events[i].checksums]
+    if not where:
+        return
+    at = data.draw(st.sampled_from(where))
+    sums = dict(events[at].checksums)
+    cid = next(iter(sums))
+    sums[cid] ^= 0x40
+    events[at] = replace(events[at], checksums=sums)
+    report = run(OnPolicy(), events, caps)
+    assert only(report, V.BYTES_CHANGED) == 1
+    assert repr(cid) in report.examples["bytes_changed"][0]
+
+
+@SETTINGS
+@given(on_policy_streams())
+def test_on_policy_tier_overflow(stream):
+    events, caps, *_ = stream
+    t = events[0].t
+    events[1:1] = [
+        PlaneEvent(E.PLACED, t, chunk_id="ghost", tier="hbm", nbytes=caps["hbm"] + 1),
+        PlaneEvent(E.EVICTED, t, chunk_id="ghost", tier="hbm"),
+    ]
+    report = run(OnPolicy(), events, caps)
+    assert only(report, V.CAPACITY_EXCEEDED) == 1
+    assert "'hbm'" in report.examples["capacity_exceeded"][0]
+
+
+@SETTINGS
+@given(on_policy_streams(), st.data())
+def test_on_policy_delivery_after_eviction(stream, data):
+    """Evict a fully delivered chunk, then deliver it again inside the same update."""
+    events, caps, per_update, delivered, _ = stream
+    full = [(k, c) for k, cs in enumerate(per_update) for c in cs if delivered[c.id]]
+    if not full:
+        return
+    k, c = data.draw(st.sampled_from(full))
+    at = next(i for i, ev in enumerate(events) if ev.kind is E.CONSUMED and ev.update == k)
+    t = events[at].t
+    idx = np.array(sorted(delivered[c.id]))
+    events[at:at] = [
+        PlaneEvent(E.EVICTED, t, chunk_id=c.id),
+        PlaneEvent(E.DELIVERED, t, update=k, selections=[(c.id, idx)]),
+    ]
+    assert only(run(OnPolicy(), events, caps), V.EVICTED_THEN_SAMPLED) == idx.size
+
+
+@SETTINGS
+@given(on_policy_streams(), st.data())
+def test_on_policy_delivery_of_a_dropped_sample(stream, data):
+    events, caps, per_update, delivered, _ = stream
+    dropped = [(k, c, i) for k, cs in enumerate(per_update) for c in cs
+               for i in range(c.steps) if i not in delivered[c.id]]
+    if not dropped:
+        return
+    k, c, i = data.draw(st.sampled_from(dropped))
+    at = next(i for i, ev in enumerate(events) if ev.kind is E.CONSUMED and ev.update == k)
+    events.insert(at, PlaneEvent(E.DELIVERED, events[at].t, update=k,
+                                 selections=[(c.id, np.array([i]))]))
+    assert only(run(OnPolicy(), events, caps), V.EVICTED_THEN_SAMPLED) == 1
+
+
+@SETTINGS
+@given(on_policy_streams())
+def test_on_policy_unknown_samples(stream):
+    events, caps, per_update, *_ = stream
+    c = per_update[0][0]
+    t = events[-1].t
+    events += [
+        PlaneEvent(E.DELIVERED, t, update=0, selections=[("nope", range(3))]),
+        PlaneEvent(E.DELIVERED, t, update=0, selections=[(c.id, np.array([c.steps, -1]))]),
+    ]
+    assert only(run(OnPolicy(), events, caps), V.UNKNOWN_SAMPLE) == 5
+
+
+# --- OnPolicy: exact semantics -----------------------------------------------------------------
+
+
+def test_epochs_inside_one_update_are_fine_and_repeats_across_selections_are_not():
+    a = Auditor(OnPolicy())
+    a.ingested(mk("c", steps=10), 0.0)
+    for _ in range(3):  # three epochs
+        a.delivered(0, [("c", range(10))], 1.0)
+    assert a.report().violations == 0
+    # one delivery naming 3..5 twice through overlapping selections
+    a.delivered(0, [("c", range(6)), ("c", slice(3, 10))], 2.0)
+    a.delivered(0, [("c", np.array([1, 2])), ("c", np.array([2, 2, 9]))], 2.5)
+    report = a.finish(3.0)
+    assert only(report, V.DUPLICATED) == 3 + 2
+    assert report.delivered_samples == 30 + 6 + 7 + 5
+
+
+def test_lost_is_visible_when_the_update_is_consumed():
+    a = Auditor(OnPolicy())
+    a.ingested(mk("c", steps=10, version=3), 0.0)
+    a.dropped("c", 0.5, "producer-died", indices=range(8, 10))
+    a.delivered(3, [("c", range(5))], 1.0)
+    assert a.report().by_kind["lost"] == 0
+    a.consumed(3, 2.0)
+    live = a.report()
+    assert only(live, V.LOST) == 3 and not live.finished
+    assert "'c'" in live.examples["lost"][0] and "[5, 6, 7]" in live.examples["lost"][0]
+    assert live.dropped_samples == {"producer-died": 2}
+    assert a.finish(3.0).by_kind["lost"] == 3  # not counted twice
+
+
+def test_late_chunk_of_a_consumed_version_must_be_dropped():
+    a = Auditor(OnPolicy())
+    a.consumed(0, 1.0)
+    a.ingested(mk("late", steps=4, version=0), 2.0)  # resident, but can never be used
+    a.ingested(mk("late2", steps=4, version=0), 2.0)
+    a.dropped("late2", 2.5, "stale")
+    a.ingested(mk("next", steps=4, version=1), 2.0)  # for an update that has not happened
+    report = a.finish(3.0)
+    assert only(report, V.LOST) == 4
+    assert report.dropped_samples == {"stale": 4}
+    assert report.unused_resident_samples == 4  # "next" waits, legitimately
+
+
+def test_chunk_evicted_before_delivery_is_lost_at_once():
+    a = Auditor(OnPolicy())
+    a.ingested(mk("c", steps=5, version=1), 0.0)
+    a.delivered(1, [("c", range(2))], 0.5)
+    a.evicted("c", 1.0)
+    assert a.report().by_kind["lost"] == 3
+    a.consumed(1, 2.0)
+    assert only(a.finish(3.0), V.LOST) == 3
+
+
+# =============================================================================================
+# BoundedStaleness: an IMPALA/APPO-like plane
+# =============================================================================================
+
+
+@st.composite
+def staleness_streams(draw):
+    """Chunks arrive with lagging versions; too-stale ones are dropped and evicted; the rest are
+    delivered, possibly in several deliveries per update, into at most max_reuse updates."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    contract = BoundedStaleness(max_lag=draw(st.integers(0, 3)), max_reuse=draw(st.integers(1, 3)))
+    n_updates = draw(st.integers(1, 6))
+    events: list[PlaneEvent] = []
+    pool: dict = {}  # id -> [chunk, uses, last_update]
+    t = 0.0
+    n = 0
+
+    def emit(kind, **kw):
+        nonlocal t
+        t += 0.25
+        events.append(PlaneEvent(kind, t, **kw))
+
+    for k in range(n_updates):
+        for _ in range(draw(st.integers(0, 3))):
+            version = draw(st.integers(k - contract.max_lag - 1, k))
+            steps = draw(st.integers(1, 30))
+            c = Chunk(n, "actor", "node", steps, steps * 16, version, t,
+                      checksum=int(rng.integers(0, 2**32)))
+            n += 1
+            emit(E.INGESTED, chunk=c)
+            emit(E.PLACED, chunk_id=c.id, tier="host", nbytes=c.nbytes)
+            pool[c.id] = [c, np.zeros(steps, int), np.full(steps, -(10**9))]
+        for cid in list(pool):
+            c, uses, _ = pool[cid]
+            if not contract.admits(c.policy_version, k):
+                emit(E.DROPPED, chunk_id=cid, reason="stale")
+                emit(E.EVICTED, chunk_id=cid)
+                del pool[cid]
+        for _ in range(draw(st.integers(0, 3))):
+            sels, sums = [], {}
+            for cid, (c, uses, last) in pool.items():
+                ok = np.flatnonzero((uses < contract.max_reuse) | (last == k))
+                pick = ok[rng.random(ok.size) < 0.6]
+                if pick.size:
+                    rng.shuffle(pick)
+                    sels.append((cid, pick))
+                    sums[cid] = c.checksum
+                    fresh = pick[last[pick] != k]
+                    uses[fresh] += 1
+                    last[pick] = k
+            if sels:
+                emit(E.DELIVERED, update=k, selections=sels, checksums=sums)
+        emit(E.CONSUMED, update=k)
+        for cid in list(pool):
+            if (pool[cid][1] >= contract.max_reuse).all():
+                emit(E.EVICTED, chunk_id=cid)
+                del pool[cid]
+    for cid, (c, uses, _) in pool.items():  # shutdown
+        action = rng.integers(0, 3)
+        if action == 1:
+            emit(E.DROPPED, chunk_id=cid, reason="shutdown")
+            emit(E.EVICTED, chunk_id=cid)
+        elif action == 2 and (uses > 0).all():
+            emit(E.EVICTED, chunk_id=cid)
+    caps = {"host": sum(ev.chunk.nbytes for ev in events if ev.kind is E.INGESTED) or 1}
+    return contract, events, caps
+
+
+@SETTINGS
+@given(staleness_streams())
+def test_valid_bounded_staleness_streams_are_clean(stream):
+    contract, events, caps = stream
+    report = run(contract, events, caps)
+    assert_clean(report)
+    dropped = sum(report.dropped_samples.values())
+    assert report.ingested_samples >= dropped
+    assert set(report.dropped_samples) <= {"stale", "shutdown"}
+
+
+@SETTINGS
+@given(staleness_streams())
+def test_bounded_staleness_stale_delivery(stream):
+    contract, events, caps = stream
+    t = events[-1].t if events else 0.0
+    k = 50
+    old = mk("old", steps=7, version=k - contract.max_lag - 1)
+    events += [
+        PlaneEvent(E.INGESTED, t, chunk=old),
+        PlaneEvent(E.DELIVERED, t, update=k, selections=[("old", range(7))]),
+        PlaneEvent(E.EVICTED, t, chunk_id="old"),
+    ]
+    report = run(contract, events, caps)
+    assert only(report, V.STALE) == 7
+    assert f"versions >= {k - contract.max_lag}" in report.examples["stale"][0]
+
+
+@SETTINGS
+@given(staleness_streams(), st.integers(1, 3))
+def test_bounded_staleness_over_reuse(stream, epochs):
+    contract, events, caps = stream
+    t = events[-1].t if events else 0.0
+    c = mk("hot", steps=4, version=10**6)  # newer than anything: never stale
+    events.append(PlaneEvent(E.INGESTED, t, chunk=c))
+    for j in range(contract.max_reuse + 1):  # one update too many
+        for _ in range(epochs):  # several deliveries inside one update are one use
+            events.append(PlaneEvent(E.DELIVERED, t, update=1000 + j,
+                                     selections=[("hot", range(4))]))
+    report = run(contract, events, caps)
+    assert only(report, V.OVER_REUSED) == 4
+    assert "'hot'" in report.examples["over_reused"][0]
+
+
+@SETTINGS
+@given(staleness_streams(), st.booleans())
+def test_bounded_staleness_lost_chunk(stream, via_tiers):
+    """Never delivered nor dropped, and gone: evicted from the plane, or from its only tier."""
+    contract, events, caps = stream
+    t = events[-1].t if events else 0.0
+    events += [
+        PlaneEvent(E.INGESTED, t, chunk=mk("gone", steps=5, version=10**6)),
+        PlaneEvent(E.PLACED, t, chunk_id="gone", tier="nvme", nbytes=40),
+        PlaneEvent(E.EVICTED, t, chunk_id="gone", tier="nvme" if via_tiers else None),
+    ]
+    assert only(run(contract, events, caps), V.LOST) == 5
+
+
+@SETTINGS
+@given(staleness_streams())
+def test_bounded_staleness_repeat_within_delivery(stream):
+    contract, events, caps = stream
+    t = events[-1].t if events else 0.0
+    events += [
+        PlaneEvent(E.INGESTED, t, chunk=mk("r", steps=5, version=10**6)),
+        PlaneEvent(E.DELIVERED, t, update=10**6, selections=[("r", np.array([0, 1, 2, 1]))]),
+    ]
+    assert only(run(contract, events, caps), V.DUPLICATED) == 1
+
+
+def test_bounded_staleness_counts_uses_per_update_and_keeps_resident_samples():
+    a = Auditor(BoundedStaleness(max_lag=1, max_reuse=2), {"host": 1000})
+    a.ingested(mk("c", steps=4, version=5), 0.0)
+    a.placed("c", "host", 32, 0.0)
+    a.delivered(5, [("c", range(2))], 1.0)
+    a.delivered(5, [("c", range(2))], 1.1)  # same update: still one use
+    a.delivered(6, [("c", np.array([0, 1]))], 2.0)  # second use
+    assert a.report().violations == 0
+    a.delivered(6, [("c", range(1, 2))], 2.1)  # still update 6
+    assert a.report().violations == 0
+    a.delivered(7, [("c", range(1))], 3.0)  # a stale third use
+    report = a.finish(4.0)
+    assert report.by_kind["over_reused"] == 1
+    assert report.by_kind["stale"] == 1
+    assert report.violations == 2
+    assert report.unused_resident_samples == 2  # samples 2 and 3 are still in "host"
+
+
+# =============================================================================================
+# Replay: a DQN-like plane that asks the rate limiter
+# =============================================================================================
+
+
+@st.composite
+def replay_streams(draw):
+    """FIFO buffer; evict first, then place; insert and sample only when the limiter allows."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    min_size = draw(st.integers(4, 40))
+    contract = Replay(
+        capacity=draw(st.integers(min_size, 4 * min_size)),
+        replay_ratio=draw(st.sampled_from([0.25, 0.5, 1.0, 2.0, 4.0])),
+        min_size=min_size,
+    )
+    bytes_per_step = 12
+    caps = {"host": contract.capacity * bytes_per_step}
+    ops = draw(st.lists(st.tuples(st.booleans(), st.integers(1, min_size)), min_size=1,
+                        max_size=60))
+    events: list[PlaneEvent] = []
+    live: list[Chunk] = []
+    inserted = sampled = update = n = 0
+    t = 0.0
+
+    def emit(kind, **kw):
+        nonlocal t
+        t += 0.25
+        events.append(PlaneEvent(kind, t, **kw))
+
+    for want_insert, size in ops:
+        can_i = contract.can_insert(size, inserted, sampled)
+        can_s = contract.can_sample(size, inserted, sampled)
+        assert can_i or can_s
+        if (want_insert and can_i) or not can_s:
+            c = Chunk(n, "actor", "node", size, size * bytes_per_step, 0, t,
+                      checksum=int(rng.integers(0, 2**32)))
+            n += 1
+            while live and sum(x.steps for x in live) + size > contract.capacity:
+                emit(E.EVICTED, chunk_id=live.pop(0).id)
+            emit(E.INGESTED, chunk=c)
+            emit(E.PLACED, chunk_id=c.id, tier="host", nbytes=c.nbytes)
+            live.append(c)
+            inserted += size
+        else:
+            flat = np.concatenate([np.full(c.steps, j) for j, c in enumerate(live)])
+            offs = np.concatenate([np.arange(c.steps) for c in live])
+            picks = rng.integers(0, flat.size, size)  # uniform, with replacement
+            by_chunk: dict = {}
+            for p in picks:
+                by_chunk.setdefault(live[flat[p]].id, []).append(offs[p])
+            emit(E.DELIVERED, update=update, selections=[(cid, np.array(ix))
+                                                         for cid, ix in by_chunk.items()],
+                 checksums={c.id: c.checksum for c in live if c.id in by_chunk})
+            emit(E.CONSUMED, update=update)
+            update += 1
+            sampled += size
+    return contract, events, caps, inserted, sampled
+
+
+@SETTINGS
+@given(replay_streams())
+def test_valid_replay_streams_are_clean(stream):
+    contract, events, caps, inserted, sampled = stream
+    report = run(contract, events, caps)
+    assert_clean(report)
+    assert report.ingested_samples == inserted
+    assert report.delivered_samples == sampled
+    assert report.peak_occupancy.get("host", 0) <= caps["host"]
+
+
+@SETTINGS
+@given(replay_streams())
+def test_replay_sampling_an_evicted_chunk(stream):
+    contract, events, caps, *_ = stream
+    where = deliveries(events)
+    if not where:
+        return
+    at = where[-1]
+    cid, ix = events[at].selections[0]
+    events.insert(at, PlaneEvent(E.EVICTED, events[at].t, chunk_id=cid))
+    report = run(contract, events, caps)
+    assert only(report, V.EVICTED_THEN_SAMPLED) == len(ix)
+
+
+@SETTINGS
+@given(replay_streams())
+def test_replay_over_sampling_is_one_excursion(stream):
+    contract, events, caps, inserted, sampled = stream
+    t = events[-1].t
+    last = next(ev.chunk for ev in reversed(events) if ev.kind is E.INGESTED)
+    allowed = contract.samples_allowed(inserted, sampled)
+    burst = allowed + 1
+    events += [
+        PlaneEvent(E.DELIVERED, t, update=10**6, selections=[(last.id, np.zeros(burst, int))]),
+        PlaneEvent(E.DELIVERED, t, update=10**6, selections=[(last.id, np.zeros(3, int))]),
+    ]
+    report = run(contract, events, caps)
+    assert only(report, V.RATIO_OUT_OF_BAND) == 1  # still out after the second: same excursion
+    assert report.out_of_band_events == 2
+
+
+def test_replay_sampling_before_warm_up_and_separate_excursions():
+    rp = Replay(capacity=1000, replay_ratio=1.0, min_size=10, error_buffer=5)
+    a = Auditor(rp)
+    a.ingested(mk(0, steps=5), 0.0)
+    a.delivered(0, [(0, np.array([0, 1]))], 1.0)  # before warm-up
+    report = a.report()
+    assert only(report, V.RATIO_OUT_OF_BAND) == 1
+    assert "warm-up" in report.examples["ratio_out_of_band"][0]
+    a.ingested(mk(1, steps=5), 2.0)  # warmed up: error = 0 - 2, back in band
+    assert a.report().out_of_band_events == 1
+    a.delivered(1, [(1, np.arange(4))], 3.0)  # error -6: out again
+    a.ingested(mk(2, steps=5), 4.0)  # error -1: back in
+    a.ingested(mk(3, steps=7), 5.0)  # error +6: under-sampled, out
+    report = a.finish(6.0)
+    assert only(report, V.RATIO_OUT_OF_BAND) == 3
+    assert report.out_of_band_events == 3
+
+
+@SETTINGS
+@given(replay_streams())
+def test_replay_buffer_kept_past_its_capacity(stream):
+    """The plane skips the evictions that made room for an insert: the tier overflows."""
+    contract, events, caps, *_ = stream
+    first = next((i for i, ev in enumerate(events) if ev.kind is E.EVICTED), None)
+    if first is None:
+        return
+    end = first
+    while events[end].kind is E.EVICTED:
+        end += 1
+    del events[first:end]
+    report = run(contract, events, caps)
+    assert only(report, V.CAPACITY_EXCEEDED) >= 1
+    assert "'host'" in report.examples["capacity_exceeded"][0]
+
+
+def test_replay_sampling_from_an_overfull_buffer():
+    """Replay.capacity bounds what may be sampled from, even with no tier capacities declared."""
+    a = Auditor(Replay(capacity=10, replay_ratio=1.0, min_size=5))
+    a.ingested(mk(0, steps=5), 0.0)
+    a.ingested(mk(1, steps=5), 1.0)
+    a.delivered(0, [(0, np.arange(5))], 2.0)
+    a.ingested(mk(2, steps=5), 3.0)  # 15 live steps, nothing evicted
+    a.delivered(1, [(2, range(5))], 4.0)
+    assert only(a.report(), V.CAPACITY_EXCEEDED) == 1
+    assert "Replay.capacity 10" in a.report().examples["capacity_exceeded"][0]
+    a.evicted(0, 5.0)
+    a.delivered(2, [(1, range(1))], 6.0)
+    assert only(a.finish(7.0), V.CAPACITY_EXCEEDED) == 1
+
+
+def test_replay_evictions_are_normal_and_never_lost():
+    a = Auditor(Replay(capacity=10, replay_ratio=1.0, min_size=5))
+    for i in range(5):
+        a.ingested(mk(i, steps=5), float(i))
+        if i >= 2:
+            a.evicted(i - 2, float(i))
+    report = a.finish(10.0)
+    assert only(report, V.RATIO_OUT_OF_BAND) == 1  # never sampled: under-sampled after warm-up
+    assert report.by_kind["lost"] == 0
+
+
+# =============================================================================================
+# always: tiers, checksums, bookkeeping
+# =============================================================================================
+
+
+def test_tier_occupancy_follows_place_move_evict():
+    a = Auditor(OnPolicy(), {"hbm": 100, "host": 150})
+    a.placed("x", "host", 80, 0.0)
+    a.placed("y", "host", 70, 0.0)  # exactly full: fine
+    a.moved("x", "host", "hbm", 80, 1.0)
+    assert (a.occupancy("host"), a.occupancy("hbm")) == (70, 80)
+    a.placed("z", "hbm", 20, 1.5)  # full again
+    a.placed("w", "hbm", 1, 2.0)  # one byte over
+    a.evicted("w", 2.5, tier="hbm")
+    a.moved("y", "host", "hbm", 70, 3.0)  # evict-before-place not respected
+    a.evicted("y", 3.5)  # leaves the plane: all its tiers
+    a.evicted("nothing", 3.6, tier="hbm")  # unknown: ignored
+    report = a.finish(4.0)
+    assert only(report, V.CAPACITY_EXCEEDED) == 2
+    assert a.occupancy("hbm") == 100 and a.occupancy("host") == 0
+    assert report.peak_occupancy == {"host": 150, "hbm": 170}
+    assert len(report.examples["capacity_exceeded"]) == 2
+
+
+def test_checksums_are_compared_only_when_both_sides_are_known():
+    a = Auditor(OnPolicy())
+    a.ingested(mk("a", checksum=11), 0.0)
+    a.ingested(mk("b", checksum=None), 0.0)
+    a.delivered(0, [("a", range(5)), ("b", range(5))], 1.0, {"a": 11, "b": 99})
+    assert a.report().checksums_verified == 1 and a.report().violations == 0
+    a.delivered(0, [("a", range(5, 10)), ("b", range(5, 10))], 2.0, {"a": 12})
+    assert only(a.report(), V.BYTES_CHANGED) == 1
+
+
+def test_checksum_of_real_bytes_round_trip():
+    payload = {"obs": np.random.default_rng(1).random((16, 4)), "rew": np.arange(16.0)}
+    c = Chunk.from_payload("p", "actor", "node", 0, 0.0, payload)
+    a = Auditor(OnPolicy())
+    a.ingested(c, 0.0)
+    moved = {k: v.copy() for k, v in payload.items()}  # a faithful copy
+    a.delivered(0, [("p", range(8))], 1.0, {"p": checksum_bytes(moved)})
+    moved["obs"][3, 1] += 1e-12  # one flipped low bit
+    a.delivered(0, [("p", range(8, 16))], 2.0, {"p": checksum_bytes(moved)})
+    assert only(a.finish(3.0), V.BYTES_CHANGED) == 1
+
+
+def test_duplicate_ingestion_is_a_duplicate():
+    a = Auditor(BoundedStaleness(max_lag=1))
+    a.ingested(mk("c", steps=3), 0.0)
+    a.ingested(mk("c", steps=3), 1.0)
+    a.delivered(0, [("c", range(3))], 2.0)
+    report = a.finish(3.0)
+    assert only(report, V.DUPLICATED) == 3
+    assert report.ingested_samples == 3 and report.ingested_chunks == 1
+
+
+def test_drops_are_counted_by_reason_and_never_violations():
+    a = Auditor(BoundedStaleness(max_lag=0))
+    a.ingested(mk("c", steps=10), 0.0)
+    a.dropped("c", 1.0, "stale", indices=range(4))
+    a.dropped("c", 1.5, "stale", indices=np.array([3, 4]))  # 3 already dropped
+    a.dropped("c", 2.0, "producer-died")
+    a.dropped("ghost", 2.0, "producer-died", indices=range(2))
+    a.evicted("c", 3.0)
+    report = a.finish(4.0)
+    assert_clean(report)
+    assert report.dropped_samples == {"stale": 5, "producer-died": 7}
+
+
+def test_report_is_json_ready_and_examples_are_bounded():
+    a = Auditor(OnPolicy())
+    for i in range(2 * MAX_EXAMPLES):
+        a.ingested(mk(i, steps=2, version=1), 0.0)
+        a.delivered(0, [(i, range(2))], 1.0)
+    report = a.finish(2.0)
+    assert report.by_kind["stale"] == 4 * MAX_EXAMPLES
+    assert len(report.examples["stale"]) == MAX_EXAMPLES
+    assert report.delivered_bytes == report.ingested_bytes == 2 * MAX_EXAMPLES * 16
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["violations"] == report.violations == 4 * MAX_EXAMPLES
+    assert set(d["by_kind"]) == ALL_KINDS
+    assert d["contract"] == {"kind": "on_policy"}
+    assert "stale=20" in report.summary()
+    assert not report.ok
+
+
+def test_finish_is_final():
+    a = Auditor(OnPolicy())
+    a.ingested(mk("c", steps=2), 0.0)
+    first = a.finish(1.0)
+    assert a.finish(2.0) is first and a.report() is first
+    with pytest.raises(ConduitError, match="finish"):
+        a.delivered(0, [("c", range(2))], 3.0)
+
+
+def test_observe_matches_direct_calls_and_checks_fields():
+    c = mk("c", steps=4, checksum=1)
+    direct = Auditor(OnPolicy(), {"hbm": 64})
+    direct.ingested(c, 0.0)
+    direct.placed("c", "hbm", 32, 0.1)
+    direct.moved("c", "hbm", "host", 32, 0.2)
+    direct.dropped("c", 0.3, "truncated", np.array([3]))
+    direct.delivered(0, [("c", range(3))], 0.4, {"c": 1})
+    direct.consumed(0, 0.5)
+    direct.evicted("c", 0.6, "host")
+    direct.evicted("c", 0.7)
+    streamed = Auditor(OnPolicy(), {"hbm": 64})
+    for ev in [
+        PlaneEvent(E.INGESTED, 0.0, chunk=c),
+        PlaneEvent(E.PLACED, 0.1, chunk_id="c", tier="hbm", nbytes=32),
+        PlaneEvent("moved", 0.2, chunk_id="c", src_tier="hbm", dst_tier="host", nbytes=32),
+        PlaneEvent(E.DROPPED, 0.3, chunk_id="c", reason="truncated", indices=np.array([3])),
+        PlaneEvent(E.DELIVERED, 0.4, update=0, selections=[("c", range(3))], checksums={"c": 1}),
+        PlaneEvent(E.CONSUMED, 0.5, update=0),
+        PlaneEvent(E.EVICTED, 0.6, chunk_id="c", tier="host"),
+        PlaneEvent(E.EVICTED, 0.7, chunk_id="c"),
+    ]:
+        streamed.observe(ev)
+    assert direct.finish(1.0) == streamed.finish(1.0)
+    with pytest.raises(ConduitError, match="reason"):
+        streamed_bad = Auditor(OnPolicy())
+        streamed_bad.observe(PlaneEvent(E.DROPPED, 0.0, chunk_id="c"))
+    with pytest.raises(ConduitError, match="update"):
+        Auditor(OnPolicy()).observe(PlaneEvent(E.DELIVERED, 0.0, selections=[]))
+
+
+def test_the_auditor_imports_no_backend():
+    import ast
+    import inspect
+
+    import conduit.audit
+    import conduit.chunk
+    import conduit.contracts
+
+    for module in (conduit.audit, conduit.chunk, conduit.contracts):
+        tree = ast.parse(inspect.getsource(module))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not {m for m in names if m.split(".")[0] in {"simpy", "torch", "ray"}}
+        assert not {m for m in names if m.startswith(("conduit.sim", "conduit.runtime"))}
+
+
+def test_range_selections_audit_fast():
+    """Order-of-magnitude guard: 2M range sample-deliveries must take well under a second."""
+    import time
+
+    a = Auditor(OnPolicy())
+    chunks = [mk(i, steps=500) for i in range(400)]
+    for c in chunks:
+        a.ingested(c, 0.0)
+    batches = [[(c.id, range(500)) for c in chunks[b::8]] for b in range(8)]
+    start = time.perf_counter()
+    for _ in range(10):
+        for batch in batches:
+            a.delivered(0, batch, 1.0)
+    elapsed = time.perf_counter() - start
+    assert a.report().delivered_samples == 2_000_000
+    assert elapsed < 2.0, f"{2e6 / elapsed:,.0f} samples/s"
