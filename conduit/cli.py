@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConduitError as exc:
         print(f"conduit: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into e.g. `head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("conduit: interrupted", file=sys.stderr)
         return 130
@@ -58,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     pol_list = pol_sub.add_parser("list", help="built-in and plug-in policies, by name")
     pol_list.add_argument("--json", action="store_true")
     pol_list.set_defaults(handler=cmd_policies_list)
+
+    import conduit.sim.run  # noqa: F401 - registers 'conduit sim'
 
     for register in _EXTRA_COMMANDS:
         register(sub)

@@ -300,12 +300,26 @@ class Simulation:
         runners = self.layout.runners
         per_runner = [chunks_total // len(runners) + (1 if j < chunks_total % len(runners) else 0)
                       for j in range(len(runners))]
+        # which learner each chunk of each runner goes to, fixed up front. The driver shards the
+        # gathered episodes evenly, so every shard mixes every runner's early and late episodes
+        # (chunk i of runner j -> learner (i * runners + j) mod learners); the plane keeps a
+        # runner's chunks on the learners it feeds.
+        plan: dict[str, list[LearnerRole]] = {}
+        for j, runner in enumerate(runners):
+            if self.path.route == "driver":
+                plan[runner.id] = [learners[(i * len(runners) + j) % len(learners)] for i in range(per_runner[j])]
+            else:
+                plan[runner.id] = [self.layout.target(runner, i) for i in range(per_runner[j])]
+        expected = {lr.id: 0 for lr in learners}
+        for targets in plan.values():
+            for lr in targets:
+                expected[lr.id] += 1
         t_free = {lr.id: 0.0 for lr in learners}
         for k in range(self.iterations):
             self.version = k
             t0 = self.env.now
-            state = _PpoIteration(self, k, learners)
-            procs = [self.env.process(self.ppo_runner(r, per_runner[j], state)) for j, r in enumerate(runners)]
+            state = _PpoIteration(self, k, learners, expected)
+            procs = [self.env.process(self.ppo_runner(r, plan[r.id], state)) for r in runners]
             if self.path.route == "driver":
                 self.env.process(self.stock_ppo_driver(state, procs))
             batch_ready = [self.env.process(self.ppo_learner_batch(lr, state)) for lr in learners]
@@ -344,15 +358,12 @@ class Simulation:
     def _checksum(self, cid: int) -> int:
         return (cid * 2654435761) & 0xFFFFFFFF
 
-    def ppo_runner(self, runner: RunnerRole, n_chunks: int, state: _PpoIteration) -> Generator:
+    def ppo_runner(self, runner: RunnerRole, targets: list[LearnerRole], state: _PpoIteration) -> Generator:
         w = self.workload
         group: list[tuple[Chunk, ChunkTrace]] = []
-        for i in range(n_chunks):
+        n_chunks = len(targets)
+        for i, target in enumerate(targets):
             yield self.env.timeout(self.sample_time(w.fragment_length))
-            if self.path.route == "driver":
-                target = state.learners[state.next_shard()]  # the driver shards evenly
-            else:
-                target = self.layout.target(runner, i)
             chunk, trace = self.new_chunk(runner, target, state.k)
             state.expect(target, chunk, trace)
             if self.path.route == "direct":
@@ -441,7 +452,8 @@ class Simulation:
             yield state.sampling_done
         nbytes = sum(c.nbytes for c, _ in group)
         samples = sum(c.steps for c, _ in group)
-        per_chunk = self.path.batch_build == "per-chunk"
+        # asynchronous loops (state None) have no batch boundary to wait for: they build per chunk
+        per_chunk = self.path.batch_build == "per-chunk" or state is None
         work = p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
         if per_chunk:
             work += self.stock.connector(samples, nbytes)
@@ -489,8 +501,12 @@ class Simulation:
         self.view.moved(learner, cids)
 
     def ppo_learner_batch(self, lr: LearnerRole, state: _PpoIteration) -> Generator:
-        """Wait for a learner's batch. For per-batch building on the direct path, build it here."""
-        yield state.sampling_done
+        """Wait for a learner's batch. For per-batch building on the direct path, build it here.
+
+        The learner asks for its batch once every chunk it is owed has been produced; it does not
+        wait for other learners' data (that wait is the synchronous update barrier, not its
+        experience path)."""
+        yield state.all_created[lr.id]
         self.view.learner_waiting(lr)
         if self.path.route == "direct" and self.path.batch_build == "per-batch":
             yield state.all_arrived_host[lr.id]
@@ -855,17 +871,20 @@ class Simulation:
 
 
 class _PpoIteration:
-    """Book-keeping of one synchronous PPO iteration: which chunks go to which learner, and events
-    that fire when sampling ends, when a learner's chunks have arrived, and when its batch is ready."""
+    """Book-keeping of one synchronous PPO iteration: which chunks go to which learner (``expected``
+    counts are fixed up front), and events that fire when all of a learner's chunks are created,
+    have arrived in host memory (per-batch building), and are ready on its device."""
 
-    def __init__(self, sim: Simulation, k: int, learners: list[LearnerRole]):
+    def __init__(self, sim: Simulation, k: int, learners: list[LearnerRole], expected: dict[str, int]):
         self.sim, self.k, self.learners = sim, k, learners
         env = sim.env
+        self.expected = expected
         self.assigned: dict[str, list[int]] = {lr.id: [] for lr in learners}
         self.last_created = {lr.id: 0.0 for lr in learners}
         self.samples = {lr.id: 0 for lr in learners}
         self.ready_count = {lr.id: 0 for lr in learners}
         self.host_count = {lr.id: 0 for lr in learners}
+        self.all_created = {lr.id: env.event() for lr in learners}
         self.all_ready = {lr.id: env.event() for lr in learners}
         self.all_arrived_host = {lr.id: env.event() for lr in learners}
         self.batch_ready_at = {lr.id: math.nan for lr in learners}
@@ -874,17 +893,17 @@ class _PpoIteration:
         self.runner_chunks = {r.id: [] for r in sim.layout.runners}
         self.runner_done_event = {r.id: env.event() for r in sim.layout.runners}
         self._runners_left = len(sim.layout.runners)
-        self._shard = 0
-
-    def next_shard(self) -> int:
-        i = self._shard % len(self.learners)
-        self._shard += 1
-        return i
+        for lr in learners:
+            if expected[lr.id] == 0:
+                for event in (self.all_created[lr.id], self.all_ready[lr.id], self.all_arrived_host[lr.id]):
+                    event.succeed()
 
     def expect(self, lr: LearnerRole, chunk: Chunk, trace: ChunkTrace) -> None:
         self.assigned[lr.id].append(chunk.id)
         self.samples[lr.id] += chunk.steps
         self.last_created[lr.id] = max(self.last_created[lr.id], chunk.t_created)
+        if len(self.assigned[lr.id]) == self.expected[lr.id]:
+            self.all_created[lr.id].succeed()
 
     def runner_done(self, runner_id: str, t: float) -> None:
         self.runner_done_event[runner_id].succeed()
@@ -892,23 +911,15 @@ class _PpoIteration:
         if self._runners_left == 0:
             self.t_sampling_done = t
             self.sampling_done.succeed()
-            for lr in self.learners:
-                self.chunks_ready(lr, 0, t)
-                self._check_host(lr)
 
     def chunks_ready(self, lr: LearnerRole, n: int, t: float) -> None:
         self.ready_count[lr.id] += n
-        if self.sampling_done.triggered and self.ready_count[lr.id] >= len(self.assigned[lr.id]):
-            if not self.all_ready[lr.id].triggered:
-                self.all_ready[lr.id].succeed()
+        if self.ready_count[lr.id] >= self.expected[lr.id] and not self.all_ready[lr.id].triggered:
+            self.all_ready[lr.id].succeed()
 
     def host_arrived(self, lr: LearnerRole, cids: list[int], nbytes: float, t: float) -> None:
         self.host_count[lr.id] += len(cids)
-        self._check_host(lr)
-
-    def _check_host(self, lr: LearnerRole) -> None:
-        if (self.sampling_done.triggered and self.host_count[lr.id] >= len(self.assigned[lr.id])
-                and not self.all_arrived_host[lr.id].triggered):
+        if self.host_count[lr.id] >= self.expected[lr.id] and not self.all_arrived_host[lr.id].triggered:
             self.all_arrived_host[lr.id].succeed()
 
 

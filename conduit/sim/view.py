@@ -48,6 +48,27 @@ class _Tiers(Mapping):
         return len(self._static)
 
 
+class _Learners(Mapping):
+    """Live LearnerState objects built on access."""
+
+    def __init__(self, view: SimClusterView):
+        self._view = view
+        self._roles = {lr.id: lr for lr in view._sim.layout.learners}
+
+    def __getitem__(self, key: str) -> LearnerState:
+        v, lr = self._view, self._roles[key]
+        w = v._sim.workload
+        need = None if v._waiting[key] else v._need_at[key]
+        return LearnerState(lr.id, lr.device, lr.node, need, v._interval[key] or w.update_time_per_sample,
+                            v._sim.version, w.train_batch_per_learner * w.bytes_per_step)
+
+    def __iter__(self):
+        return iter(self._roles)
+
+    def __len__(self) -> int:
+        return len(self._roles)
+
+
 class SimClusterView(ClusterView):
     backend = "sim"
 
@@ -62,6 +83,7 @@ class SimClusterView(ClusterView):
         self._pending: dict[str, dict[Hashable, tuple[float, simpy.Event]]] = {lr.id: {} for lr in sim.layout.learners}
         self._roles = {lr.id: lr for lr in sim.layout.learners}
         self._paths: dict[tuple[str, str], tuple[float, list[int]]] = {}
+        self._learners = _Learners(self)
 
     # -- ClusterView ---------------------------------------------------------------------
     @property
@@ -74,13 +96,7 @@ class SimClusterView(ClusterView):
 
     @property
     def learners(self) -> Mapping[str, LearnerState]:
-        w = self._sim.workload
-        out = {}
-        for lr in self._sim.layout.learners:
-            need = None if self._waiting[lr.id] else self._need_at[lr.id]
-            out[lr.id] = LearnerState(lr.id, lr.device, lr.node, need, self._interval[lr.id] or w.update_time_per_sample,
-                                      self._sim.version, w.train_batch_per_learner * w.bytes_per_step)
-        return out
+        return self._learners
 
     @property
     def policy_version(self) -> int:

@@ -93,6 +93,7 @@ class Topology:
             graph.add_edge(link.src, link.dst, bandwidth=link.bandwidth, latency=link.latency)
         self.graph: nx.Graph = graph
         self.tiers: tuple[MemoryTier, ...] = tuple(_derive_tiers(devices))
+        self._tier_index = {t.id: t for t in self.tiers}
         self._nodes = sorted({d.node for d in devices if d.node is not None}, key=_natural_key)
 
     def __repr__(self) -> str:
@@ -116,12 +117,12 @@ class Topology:
         return [t for t in self.tiers if t.kind is kind and (node is None or t.node == node)]
 
     def tier(self, tier_id: str) -> MemoryTier:
-        for tier in self.tiers:
-            if tier.id == tier_id:
-                return tier
-        from conduit.errors import UnknownNameError
+        tier = self._tier_index.get(tier_id)
+        if tier is None:
+            from conduit.errors import UnknownNameError
 
-        raise UnknownNameError("tier", tier_id, [t.id for t in self.tiers][:20])
+            raise UnknownNameError("tier", tier_id, [t.id for t in self.tiers][:20])
+        return tier
 
     def widest_shortest_path(self, src: str, dst: str) -> tuple[float, float, int]:
         """Among the hop-count shortest paths from ``src`` to ``dst``, the one whose slowest link is
