@@ -87,8 +87,10 @@ def build_fat_tree(
     return g
 
 
-def load_fabric() -> tuple[nx.Graph, str]:
-    """``dgx-h100-x128`` from the topology library, else :func:`build_fat_tree`."""
+def load_fabric(built: bool = False) -> tuple[nx.Graph, str]:
+    """``dgx-h100-x128`` from the topology library, else (or if ``built``) :func:`build_fat_tree`."""
+    if built:
+        return build_fat_tree(), "build_fat_tree()"
     try:
         from conduit.topology import load_topology
 
@@ -140,9 +142,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per solver (default 5)")
     parser.add_argument("--steps", type=int, default=100, help="end+start steps per repeat, vectorised")
     parser.add_argument("--reference-steps", type=int, default=5, help="end+start steps per repeat, reference")
+    parser.add_argument("--built", action="store_true", help="use build_fat_tree() even if dgx-h100-x128 loads")
     args = parser.parse_args(argv)
 
-    graph, source = load_fabric()
+    graph, source = load_fabric(args.built)
     pairs = gpu_pairs(graph, args.flows, seed=0)
     t0 = time.perf_counter()
     router = Router(graph)
@@ -178,8 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     times, network = run_transfers(graph, transfers)
     wall = time.perf_counter() - t0
     print(
-        f"simulate_transfers: {len(transfers)} transfers, {network.events} events, {network.resolves} re-solves, "
-        f"{wall:.2f} s wall, {network.events / wall:.0f} events/s, simulated makespan {max(times) * 1e3:.3f} ms"
+        f"simulate_transfers: {len(transfers)} transfers, {network.events} events, {network.resolves} re-solves "
+        f"(mean component {network.resolved_flows / max(network.resolves, 1):.0f} flows), {wall:.2f} s wall, "
+        f"{network.events / wall:.0f} events/s, simulated makespan {max(times) * 1e3:.3f} ms"
     )
 
 

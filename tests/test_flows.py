@@ -104,8 +104,16 @@ def test_parking_lot_max_min_unequal_bottlenecks():
     c = 90.0
     g = chain(3, bandwidth=c)
     xs = [t("n0", "n3", 1e6), t("n0", "n1", 1e6), t("n0", "n1", 1e6), t("n1", "n2", 1e6), t("n2", "n3", 1e6)]
-    r = rates_at(g, xs, 1e-9)
+    env = simpy.Environment()
+    net = Network(env, g)
+    for i, x in enumerate(xs):
+        net.transfer(x["src"], x["dst"], x["bytes"], tag=i)
+    env.run(until=1e-9)
+    r = {x.tag: rate for x, rate in net.active_rates().items()}
     assert [r[i] for i in range(5)] == pytest.approx([c / 3, c / 3, c / 3, 2 * c / 3, 2 * c / 3])
+    forward = [net.router.link_index(f"n{i}", f"n{i + 1}") for i in range(3)]
+    assert net.link_rates()[forward] == pytest.approx([c, c, c])
+    assert net.link_flow_counts()[forward].tolist() == [3, 2, 2]
 
 
 def test_multi_hop_latency_is_the_sum_and_bytes_go_at_the_bottleneck():
@@ -143,6 +151,7 @@ def test_link_stats_bytes_and_busy_time():
     assert stats["n1", "n0"].bytes == 0 and stats["n1", "n0"].busy_s == 0
     assert stats["n1", "n2"].busy_s == pytest.approx(15.0)
     assert stats["n1", "n2"].utilization(25.0) == pytest.approx(1500 / (100 * 25))
+    assert not net.link_rates().any() and not net.link_flow_counts().any()
     assert net.events == 4 and net.resolves == 2  # an end that leaves no flow solves nothing
 
 

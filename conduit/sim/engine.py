@@ -278,7 +278,7 @@ class Simulation:
             tier_peak={k: v for k, v in self.ledger.peak.items() if v > 0},
             cpu_busy={n: c.busy_core_seconds for n, c in self.cpus.items() if c.busy_core_seconds > 0},
             gpu_busy={d: c.busy_seconds for d, c in self.compute.items()},
-            sim_time=self.env.now, events=self.network.events + self._next_chunk,
+            sim_time=self.env.now, events=_scheduled_events(self.env),
         )
 
     def _warmup(self) -> int:
@@ -394,7 +394,7 @@ class Simulation:
             cids = state.assigned[lr.id]
             nbytes = len(cids) * w.chunk_bytes
             episodes = len(cids) * w.chunk_episodes
-            yield from self.on_driver(s.rpc_overhead + s.serialize(episodes, nbytes))
+            yield from self.on_driver(s.rpc_overhead + s.shard_serialize(episodes, nbytes))
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
 
@@ -406,13 +406,13 @@ class Simulation:
         if not cids:
             return
         nbytes, episodes = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes
-        yield from self.cpu(runner.node, s.serialize(episodes, nbytes))
+        yield from self.cpu(runner.node, s.sample_serialize(episodes, nbytes))
         for cid in cids:
             yield from self.place_in(cid, f"{runner.memory}:pageable")
         yield from self.transfer(runner.memory, driver_mem, nbytes)
         for cid in cids:
             yield from self.move_to(cid, f"{driver_mem}:pageable")
-        yield from self.on_driver(s.rpc_overhead / 2 + s.deserialize(episodes, nbytes))
+        yield from self.on_driver(s.rpc_overhead / 2 + s.sample_deserialize(episodes, nbytes))
         yield from self.on_driver(s.driver_bookkeeping)
         self.rec.span(state.k, "a2", 0.0, s.driver_bookkeeping)  # its own work; queueing is in a
 
@@ -420,7 +420,7 @@ class Simulation:
                             state: _PpoIteration, t_b: float) -> Generator:
         s, w, k = self.stock, self.workload, state.k
         yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-        yield from self.cpu(lr.node, s.deserialize(episodes, nbytes))
+        yield from self.cpu(lr.node, s.shard_deserialize(episodes, nbytes))
         for cid in cids:
             yield from self.move_to(cid, lr.pageable)
         observed = lr.index == 0
@@ -430,7 +430,7 @@ class Simulation:
         samples = len(cids) * w.chunk_steps
         yield from self.cpu(lr.node, s.connector(samples, nbytes))
         t_d = self.env.now
-        yield from self.cpu(lr.node, s.to_tensor_per_call)
+        yield from self.cpu(lr.node, s.to_tensor(nbytes))
         yield from self.copy_to_device(lr, nbytes, pinned=False)
         for cid in cids:
             yield from self.move_to(cid, lr.device_tier)
@@ -513,7 +513,7 @@ class Simulation:
             w, s = self.workload, self.stock
             cids = state.assigned[lr.id]
             nbytes, samples = len(cids) * w.chunk_bytes, len(cids) * w.chunk_steps
-            yield from self.cpu(lr.node, s.connector(samples, nbytes) + s.to_tensor_per_call)
+            yield from self.cpu(lr.node, s.connector(samples, nbytes) + s.to_tensor(nbytes))
             yield from self.copy_to_device(lr, nbytes, pinned=self.path.pinned)
             for cid in cids:
                 yield from self.move_to(cid, lr.device_tier)
@@ -612,19 +612,19 @@ class Simulation:
         s, w = self.stock, self.workload
         queue.in_flight += 1
         t0 = self.env.now
-        yield from self.cpu(runner.node, s.serialize(w.chunk_episodes, chunk.nbytes))
+        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, chunk.nbytes))
         yield from self.place_in(chunk.id, f"{runner.memory}:pageable")
         yield from self.on_driver(s.rpc_overhead + s.driver_bookkeeping)
         t_b = self.env.now
         yield from self.on_driver(s.rpc_overhead / 4)  # hand the reference list to the learner actor
         t_get = self.env.now
         yield from self.transfer(runner.memory, lr.memory, chunk.nbytes)
-        yield from self.cpu(lr.node, s.deserialize(w.chunk_episodes, chunk.nbytes))
+        yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, chunk.nbytes))
         yield from self.move_to(chunk.id, lr.pageable)
         t_c = self.env.now
         yield from self.cpu(lr.node, s.connector(chunk.steps, chunk.nbytes))
         t_d = self.env.now
-        yield from self.cpu(lr.node, s.to_tensor_per_call)
+        yield from self.cpu(lr.node, s.to_tensor(chunk.nbytes))
         yield from self.copy_to_device(lr, chunk.nbytes, pinned=False)
         yield from self.move_to(chunk.id, lr.device_tier)
         self.rec.chunks[chunk.id].t_ready = self.env.now
@@ -719,10 +719,10 @@ class Simulation:
             last_created = max(self._chunks[c].t_created for c in new)
             t_a = self.env.now
             for runner, cid in zip(runners, new, strict=True):
-                yield from self.cpu(runner.node, s.serialize(w.chunk_episodes, w.chunk_bytes))
+                yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_bytes))
                 yield from self.place_in(cid, f"{runner.memory}:pageable")
                 yield from self.transfer(runner.memory, driver_mem, w.chunk_bytes)
-                yield from self.on_driver(s.rpc_overhead + s.deserialize(w.chunk_episodes, w.chunk_bytes))
+                yield from self.on_driver(s.rpc_overhead + s.sample_deserialize(w.chunk_episodes, w.chunk_bytes))
                 yield from self.move_to(cid, f"{driver_mem}:pageable")
             self.rec.span(it, "a", t_a, self.env.now)
             t_add = self.env.now
@@ -763,8 +763,10 @@ class Simulation:
                 update += 1
             t_sync = self.env.now
             yield self.env.timeout(w.weight_sync_time)
-            yield from self.on_driver(s.driver_loop_overhead)
             self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
+            t_over = self.env.now
+            yield from self.on_driver(s.driver_loop_overhead)
+            self.rec.span(max(it, update - 1), "overhead", t_over, self.env.now)
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         yield self.env.timeout(self.sample_time(self.workload.fragment_length))
@@ -773,14 +775,23 @@ class Simulation:
         return chunk.id
 
     def _stock_dqn_batch(self, lr: LearnerRole, nbytes: float, update: int, t_b: float) -> Generator:
+        """Driver -> learner, connector, to-tensor and pageable copy of one sampled batch. With a
+        local learner (RLlib ``num_learners=0``) it all runs on the driver's thread."""
         s, w = self.stock, self.workload
-        yield from self.on_driver(s.rpc_overhead / 4 + s.serialize(1, nbytes))
-        yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-        yield from self.cpu(lr.node, s.deserialize(1, nbytes))
-        t_c = self.env.now
-        yield from self.cpu(lr.node, s.connector(w.batch_size, nbytes))
-        t_d = self.env.now
-        yield from self.cpu(lr.node, s.to_tensor_per_call)
+        if w.local_learner:
+            yield from self.on_driver(s.local_call_overhead)
+            t_c = self.env.now
+            yield from self.on_driver(s.connector(w.batch_size, nbytes))
+            t_d = self.env.now
+            yield from self.on_driver(s.to_tensor(nbytes))
+        else:
+            yield from self.on_driver(s.rpc_overhead / 4 + s.shard_serialize(1, nbytes))
+            yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
+            yield from self.cpu(lr.node, s.shard_deserialize(1, nbytes))
+            t_c = self.env.now
+            yield from self.cpu(lr.node, s.connector(w.batch_size, nbytes))
+            t_d = self.env.now
+            yield from self.cpu(lr.node, s.to_tensor(nbytes))
         yield from self.copy_to_device(lr, nbytes, pinned=False)
         if lr.index == 0:
             self.rec.span(update, "b", t_b, t_c)
@@ -868,6 +879,12 @@ class Simulation:
         if off_device and lr.hbm is not None:
             yield from self.copy_to_device(lr, off_device * w.bytes_per_step, pinned=True)
         return selections, last_created, self.env.now
+
+
+def _scheduled_events(env: simpy.Environment) -> int:
+    """SimPy events scheduled so far (read off its event-id counter, ``count(N)``), or -1."""
+    text = repr(getattr(env, "_eid", ""))
+    return int(text[6:-1]) if text.startswith("count(") else -1
 
 
 class _PpoIteration:

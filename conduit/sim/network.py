@@ -196,6 +196,20 @@ class Network:
         """The current rate (bytes/s) of every transfer sharing bandwidth."""
         return {x: float(self._rate[i]) for i, x in enumerate(self._xfer) if x is not None}
 
+    def link_rates(self) -> np.ndarray:
+        """Total rate (bytes/s) of the flows on each directed link now (read-only view).
+
+        Indexed like ``router.links``. Starts and ends at the current instant
+        count once the instant's re-solve has run.
+        """
+        view = self._link_rate.view()
+        view.flags.writeable = False
+        return view
+
+    def link_flow_counts(self) -> np.ndarray:
+        """How many flows share each directed link now (indexed like ``router.links``)."""
+        return np.bincount(self._ent_link, minlength=self.bandwidth.size)
+
     def link_stats(self) -> dict[tuple[Hashable, Hashable], LinkStats]:
         """Bytes carried and busy time of every directed link, up to now."""
         self._integrate_links(np.arange(self.bandwidth.size))

@@ -121,7 +121,7 @@ class Router:
                 up = upup
             reached = np.zeros(self._rank.size, dtype=bool)
             reached[order] = True
-            dist = self._dist[dst] = np.where(reached, hops, -1)
+            dist = self._dist[dst] = np.where(reached, hops, -1).astype(np.int32)
         return dist
 
     def _walk(self, src: Node, dst: Node) -> Route:

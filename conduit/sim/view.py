@@ -84,6 +84,7 @@ class SimClusterView(ClusterView):
         self._roles = {lr.id: lr for lr in sim.layout.learners}
         self._paths: dict[tuple[str, str], tuple[float, list[int]]] = {}
         self._learners = _Learners(self)
+        self._has_pending: set[str] = set()
 
     # -- ClusterView ---------------------------------------------------------------------
     @property
@@ -115,7 +116,7 @@ class SimClusterView(ClusterView):
         if not links:
             return PathState(float("inf"), float("inf"), 0.0, 0)
         caps = net.bandwidth[links]
-        used = net._link_rate[links]
+        used = net.link_rates()[links]
         share = [max(c - u, c / 2) if u > 0 else c for c, u in zip(caps, used, strict=True)]
         return PathState(float(min(share)), float(caps.min()), latency, len(links))
 
@@ -163,6 +164,7 @@ class SimClusterView(ClusterView):
     def enqueue(self, lr: LearnerRole, cids: list[Hashable], nbytes: float) -> simpy.Event:
         gate = self._sim.env.event()
         self._pending[lr.id][cids[0]] = (nbytes, gate)
+        self._has_pending.add(lr.id)
         self._plan()
         return gate
 
@@ -170,9 +172,10 @@ class SimClusterView(ClusterView):
         self._plan()
 
     def _plan(self) -> None:
-        pending = {lid: [(cid, size) for cid, (size, _) in p.items()] for lid, p in self._pending.items() if p}
-        if not pending:
+        if not self._has_pending:
             return
+        pending = {lid: [(cid, size) for cid, (size, _) in self._pending[lid].items()]
+                   for lid in sorted(self._has_pending)}
         policy = self._sim.policy.scheduling
         try:
             moves = policy.plan(pending, self)
@@ -180,13 +183,16 @@ class SimClusterView(ClusterView):
             self._sim.rec.reject(str(exc))
             moves = []
         for move in moves:
-            for lid, p in self._pending.items():
+            for lid in pending:
+                p = self._pending[lid]
                 if move.chunk_id in p:
                     lr = self._roles[lid]
                     if move.dst_tier != lr.device_tier:
                         self._sim.rec.reject(str(InvalidDecision(
                             policy.name, move, f"moves must target the learner's device tier {lr.device_tier!r}")))
                     _, gate = p.pop(move.chunk_id)
+                    if not p:
+                        self._has_pending.discard(lid)
                     gate.succeed()
                     break
 
