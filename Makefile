@@ -24,7 +24,12 @@ test-e2e: $(STAMP)
 	$(PY) -m pytest -q -m e2e
 
 demo: $(STAMP)
-	$(VENV)/bin/conduit topology show dgx-h100-x2
+	$(PY) studies/quickstart.py
+
+bench: $(STAMP)
+	$(PY) benchmarks/flow_solver.py
+	$(PY) benchmarks/sim_ppo_x128.py
+	$(PY) benchmarks/audit_throughput.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check conduit tests studies benchmarks

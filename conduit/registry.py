@@ -69,7 +69,7 @@ class PolicyRegistry:
                 if entry.origin == "built-in":
                     entry = PolicyEntry(entry.name, entry.role, entry.factory, entry.summary, origin)
                 self.register(entry)
-            except Exception as exc:  # a broken plug-in must not break the tool
+            except Exception as exc:  # noqa: BLE001 - a broken plug-in must not break the tool
                 self._broken[ep.name] = f"{origin}: {type(exc).__name__}: {exc}"
 
     def names(self, role: str | None = None) -> list[str]:

@@ -153,8 +153,8 @@ DEVS = "devices: [{id: a, kind: cpu}, {id: b, kind: cpu}]\n"
          "expected bandwidth"),
         (DEVS + "links: [{src: a, dst: b, bandwidth: 1 GB/s, latency: 1 GB/s}]\n", "links[0].latency",
          "expected time"),
-        ("devices: [{id: a, kind: cpu}, {id: b, kind: cpu}, {id: c, kind: cpu}]\n"
-         f"links: [{LINK}]\n", "links", "disconnected"),
+        (("devices: [{id: a, kind: cpu}, {id: b, kind: cpu}, {id: c, kind: cpu}]\n"
+          f"links: [{LINK}]\n"), "links", "disconnected"),
         ("devices: [{id: a, kind: toaster}]\nlinks: []\n", "devices[0].kind", "must be one of"),
         ("devices: [{id: g, kind: gpu}]\nlinks: []\n", "devices[0].memory", "required for a gpu"),
         ("devices: [{id: g, kind: gpu, memory: 40 GB/s}]\nlinks: []\n", "devices[0].memory", "expected bytes"),

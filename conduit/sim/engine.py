@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from conduit.audit import AuditReport, Auditor
+from conduit.audit import Auditor, AuditReport
 from conduit.chunk import Chunk
 from conduit.errors import ConduitError
 from conduit.policy import ChunkInfo, InvalidDecision, Policy
@@ -843,7 +843,7 @@ class Simulation:
         for update in range(self.iterations):
             if prefetched is None:
                 prefetched = yield from self._plane_dqn_fetch(lr, update)
-            selections, last_created, ready = prefetched
+            _, last_created, ready = prefetched  # delivered (audited) when it was sampled
             prefetched = None
             t_start = max(self.env.now, ready)
             trace = UpdateTrace(update, lr.id, w.batch_size, t_free, last_created, ready, t_start, math.nan)

@@ -110,6 +110,5 @@ class TierLedger:
 
     def _take(self, tier: str, nbytes: float) -> None:
         self.used[tier] += nbytes
-        if self.used[tier] > self.peak[tier]:
-            self.peak[tier] = self.used[tier]
+        self.peak[tier] = max(self.peak[tier], self.used[tier])
         self.trace.append((self.env.now, tier, self.used[tier]))

@@ -9,6 +9,7 @@ fixes (``metrics`` with the four DESIGN.md metrics, ``audit`` with ``violations`
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ def print_summary(result) -> None:
         ("experience path (mean/chunk)", _t(m["experience_path_s"])),
         ("experience path p99", _t(m["experience_path_p99_s"])),
         ("iteration time (mean)", _t(m["iteration_time_s"])),
-        ("experience share", f"{100 * m['experience_share']:.2f} %" if m["experience_share"] == m["experience_share"] else "n/a"),
+        ("experience share", f"{100 * m['experience_share']:.2f} %" if not math.isnan(m["experience_share"]) else "n/a"),
         ("updates / chunks", f"{m['updates']} / {m['chunks']}"),
         ("rejected policy decisions", str(m["rejected_decisions"])),
         ("audit violations", f"{result.audit.violations}"),
@@ -107,7 +108,7 @@ def print_summary(result) -> None:
 
 
 def _t(seconds: float) -> str:
-    if seconds != seconds:
+    if math.isnan(seconds):
         return "n/a"
     return format_quantity(seconds, Kind.TIME) if seconds > 0 else "0 s"
 

@@ -112,9 +112,8 @@ class Workload:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise WorkloadError(source, f.name, f"must be a number, got {value!r}")
-            if f.type == "int" or f.type == "int | None":
-                if int(value) != value:
-                    raise WorkloadError(source, f.name, f"must be an integer, got {value!r}")
+            if f.type in ("int", "int | None") and int(value) != value:
+                raise WorkloadError(source, f.name, f"must be an integer, got {value!r}")
             minimum = 0 if f.name in _MAY_BE_ZERO else 1e-300
             if value < minimum:
                 raise WorkloadError(source, f.name, f"must be {'>= 0' if minimum == 0 else '> 0'}, got {value!r}")

@@ -161,7 +161,7 @@ def build(name: str, source: str, devices: list[Device], links: list[Link], ctx:
     topology = Topology(name, source, devices, links)
     if len(devices) > 1 and not nx.is_connected(topology.graph):
         parts = sorted(nx.connected_components(topology.graph), key=len, reverse=True)
-        a, b = sorted(parts[0])[0], sorted(parts[1])[0]
+        a, b = min(parts[0]), min(parts[1])
         ctx.fail("links", f"graph is disconnected ({len(parts)} components): {a!r} cannot reach {b!r}")
     return topology
 

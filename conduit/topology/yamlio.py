@@ -31,7 +31,7 @@ class LineList(list):
 
 
 class _LineLoader(yaml.SafeLoader):
-    def construct_mapping(self, node, deep=False):  # noqa: D102 - PyYAML hook
+    def construct_mapping(self, node, deep=False):
         mapping = LineDict(super().construct_mapping(node, deep=True))
         mapping.line = node.start_mark.line + 1
         mapping.key_lines = {
@@ -39,7 +39,7 @@ class _LineLoader(yaml.SafeLoader):
         }
         return mapping
 
-    def construct_sequence(self, node, deep=False):  # noqa: D102 - PyYAML hook
+    def construct_sequence(self, node, deep=False):
         items = LineList(super().construct_sequence(node, deep=True))
         items.line = node.start_mark.line + 1
         items.item_lines = [child.start_mark.line + 1 for child in node.value]
@@ -65,7 +65,7 @@ def read_yaml(path: str | Path) -> Any:
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text; ``source`` names it in errors."""
     try:
-        return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
