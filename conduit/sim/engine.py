@@ -470,12 +470,11 @@ class Simulation:
             gpu = self.topology.devices[tier_device]
             yield self.env.timeout(gpu.get("copy_launch_overhead", 10e-6))
         yield from self.transfer(runner.memory, tier_device, nbytes)
+        if not per_chunk:  # the learner builds the batch once all of it has arrived
+            state.host_arrived(learner, [c.id for c, _ in group], nbytes, self.env.now)
+            return
         if tier != learner.device_tier and self.workload.algorithm != "dqn":  # replay samples in place
-            if per_chunk:
-                yield from self.scheduled_move(learner, [c.id for c, _ in group], nbytes, state)
-            else:
-                state.host_arrived(learner, [c.id for c, _ in group], nbytes, self.env.now)
-                return
+            yield from self.scheduled_move(learner, [c.id for c, _ in group], nbytes, state)
         if per_chunk and w.value_pass_per_sample > 0:
             yield from self.compute[learner.device].run(samples * w.value_pass_per_sample)
         for chunk, trace in group:
@@ -514,8 +513,10 @@ class Simulation:
             cids = state.assigned[lr.id]
             nbytes, samples = len(cids) * w.chunk_bytes, len(cids) * w.chunk_steps
             yield from self.cpu(lr.node, s.connector(samples, nbytes) + s.to_tensor(nbytes))
-            yield from self.copy_to_device(lr, nbytes, pinned=self.path.pinned)
-            for cid in cids:
+            off_device = [cid for cid in cids if self._location.get(cid) != lr.device_tier]
+            if off_device:  # what the placement left in host memory is copied now, in one go
+                yield from self.copy_to_device(lr, len(off_device) * w.chunk_bytes, pinned=self.path.pinned)
+            for cid in off_device:
                 yield from self.move_to(cid, lr.device_tier)
             yield from self.compute[lr.device].run(samples * w.value_pass_per_sample)
             for cid in cids:
