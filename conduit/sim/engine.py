@@ -596,7 +596,9 @@ class Simulation:
             if self.path.route == "driver":
                 self.env.process(self.stock_appo_path(runner, target, chunk, queue))
             else:
-                self.env.process(self._direct_then_queue(runner, target, chunk, trace, queue))
+                handoff = self.env.process(self._direct_then_queue(runner, target, chunk, trace, queue))
+                if not self.path.overlap_collection:  # the runner waits for its chunk to be collected
+                    yield handoff
             # backpressure: a runner does not outrun its learner's queue by more than max_lag batches
             while len(queue.items) + queue.in_flight > (w.max_lag + 2) * w.chunks_per_batch and not self._stop:
                 yield queue.changed()
@@ -833,9 +835,14 @@ class Simulation:
                 return
             chunk, trace = self.new_chunk(runner, lr, self.version)
             self._inserted += w.chunk_steps
-            yield from self.direct_group(runner, lr, [(chunk, trace)], None)
-            self._replay_insert(self._replay[lr.id], chunk.id)
-            self._replay_notify()
+            insert = self.env.process(self._replay_ingest(runner, lr, chunk, trace))
+            if not self.path.overlap_collection:  # the runner waits for its chunk to be collected
+                yield insert
+
+    def _replay_ingest(self, runner: RunnerRole, lr: LearnerRole, chunk: Chunk, trace: ChunkTrace) -> Generator:
+        yield from self.direct_group(runner, lr, [(chunk, trace)], None)
+        self._replay_insert(self._replay[lr.id], chunk.id)
+        self._replay_notify()
 
     def plane_dqn_learner(self, lr: LearnerRole) -> Generator:
         w = self.workload
