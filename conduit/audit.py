@@ -186,11 +186,22 @@ class AuditReport:
 
 
 class _ChunkState:
-    """Per-chunk bookkeeping: metadata plus per-sample numpy counters (no payload kept)."""
+    """Per-chunk bookkeeping: metadata plus per-sample counters (no payload kept).
+
+    The counters are **lazy**. While every delivery that touched the chunk named all of it, its
+    samples share one history, so ``uses`` (updates each sample went into) and ``last_update``
+    (the latest of them) are plain ints and ``dense`` is False. The first selection that names
+    only part of the chunk expands them, exactly, into per-sample numpy arrays (:meth:`densify`);
+    from then on they stay arrays. Drops are lazy the same way and on their own: ``dropped`` is
+    None while either no sample or every sample was dropped (``n_dropped`` is 0 or ``steps``),
+    and a boolean array once only some were. An LLM chunk of a million tokens delivered whole
+    therefore costs O(1) memory and time per event, not O(steps).
+    """
 
     __slots__ = (
         "bytes_per_step",
         "checksum",
+        "dense",
         "dropped",
         "id",
         "last_update",
@@ -202,26 +213,65 @@ class _ChunkState:
         "version",
     )
 
-    def __init__(self, chunk: Chunk, tracked: bool):
+    def __init__(self, chunk: Chunk, tracked: bool, lazy: bool = True):
         self.id = chunk.id
         self.version = int(chunk.policy_version)
         self.steps = int(chunk.steps)
         self.checksum = chunk.checksum
         self.bytes_per_step = chunk.nbytes / chunk.steps
-        # uses[i]: updates sample i went into; last_update[i]: the latest of them
-        self.uses = np.zeros(self.steps, np.int32) if tracked else None
-        self.last_update = np.full(self.steps, _NEVER, np.int64) if tracked else None
-        self.dropped: np.ndarray | None = None  # allocated on the first drop
+        # uses: updates each sample went into; last_update: the latest of them (ints while
+        # uniform, per-sample arrays once dense; None for contracts without a reuse limit)
+        self.uses: int | np.ndarray | None = 0 if tracked else None
+        self.last_update: int | np.ndarray | None = _NEVER if tracked else None
+        self.dense = False
+        if tracked and not lazy:
+            self.densify()
+        self.dropped: np.ndarray | None = None  # allocated on the first partial drop
         self.n_dropped = 0
         self.removed = False  # left the plane (evicted without a tier)
         self.settled = False  # lost-sample accounting done
 
+    def densify(self) -> None:
+        """Expand the uniform counters into per-sample arrays holding the same values."""
+        self.uses = np.full(self.steps, self.uses, np.int32)
+        self.last_update = np.full(self.steps, self.last_update, np.int64)
+        self.dense = True
+
+    def unused_count(self) -> int:
+        """How many samples were never delivered and never dropped."""
+        if self.dense:
+            return int(np.count_nonzero(self.unused_mask()))
+        return self.steps - self.n_dropped if self.uses == 0 else 0
+
     def unused_mask(self) -> np.ndarray:
-        """Samples never delivered and never dropped."""
-        mask = self.uses == 0
+        """Samples never delivered and never dropped (allocates ``steps`` booleans)."""
+        mask = self.uses == 0 if self.dense else np.full(self.steps, self.uses == 0)
         if self.n_dropped:
-            mask &= ~self.dropped
+            if self.dropped is None:  # every sample was dropped
+                mask[:] = False
+            else:
+                mask &= ~self.dropped
         return mask
+
+    def unused_head(self) -> np.ndarray:
+        """The unused samples for an example message: the first 7 at least, in order."""
+        if not self.dense and self.dropped is None:
+            # uniform: all samples unused (or none); 7 of them spell the same "[0, ..., 5, ...]"
+            return np.arange(min(self.steps, 7) if self.uses == 0 and not self.n_dropped else 0)
+        return np.flatnonzero(self.unused_mask())
+
+
+def _whole(idx: slice | np.ndarray, n: int, steps: int) -> bool:
+    """Whether the normalised indexer ``idx`` (``n`` samples) names every sample exactly once.
+
+    A normalised slice is in range with step 1, so ``n == steps`` means ``[0:steps]``; an array
+    (in range after normalisation) must also be strictly increasing, i.e. ``arange(steps)``.
+    """
+    if n != steps:
+        return False
+    if isinstance(idx, slice):
+        return True
+    return n < 2 or bool((idx[1:] > idx[:-1]).all())
 
 
 def _describe(idx: slice | np.ndarray) -> str:
@@ -238,7 +288,15 @@ class Auditor:
     in ``placed``/``moved``/``evicted``) to bytes; tiers not listed are tracked but unbounded.
     :meth:`report` may be read at any time; :meth:`finish` closes out the lost-sample checks and
     freezes the auditor.
+
+    Per-sample state is kept lazily (see :class:`_ChunkState`): a chunk only ever delivered,
+    dropped and evicted whole costs O(1) whatever its size. ``lazy = False`` (in a subclass)
+    allocates the per-sample arrays at ingestion instead, with the same results; the tests check
+    the lazy path against it and the throughput benchmark times it as the baseline.
     """
+
+    lazy: bool = True
+    """Keep a chunk's per-sample facts as scalars until its samples differ (see above)."""
 
     def __init__(
         self,
@@ -349,7 +407,7 @@ class Auditor:
                 f"{chunk.steps} samples are duplicates",
             )
             return
-        state = _ChunkState(chunk, self._tracked)
+        state = _ChunkState(chunk, self._tracked, self.lazy)
         self._chunks[cid] = state
         self._ingested_chunks += 1
         self._ingested_samples += state.steps
@@ -479,7 +537,10 @@ class Auditor:
     def _deliver_gone(
         self, st: _ChunkState, idx: slice | np.ndarray, n: int, update: int, t: float
     ) -> None:
-        gone = n if st.removed else int(np.count_nonzero(st.dropped[idx]))
+        if st.removed or st.dropped is None:  # gone whole (a uniform chunk dropped all)
+            gone = n
+        else:
+            gone = int(np.count_nonzero(st.dropped[idx]))
         if gone:
             what = "left the plane" if st.removed else "were dropped"
             self._violate(
@@ -549,6 +610,15 @@ class Auditor:
     def _use(self, st: _ChunkState, idx: slice | np.ndarray, n: int, update: int, t: float) -> None:
         """Count a new use for samples not yet delivered to this update; flag excess reuse."""
         limit = self._max_uses
+        if not st.dense:
+            if st.last_update == update:
+                return  # every sample already went into this update
+            if _whole(idx, n, st.steps):  # all samples alike before, and after
+                st.uses += 1
+                st.last_update = update
+                self._over_use(st, idx, n if st.uses > limit else 0, update, t)
+                return
+            st.densify()  # the samples start to differ
         if isinstance(idx, slice):
             last = st.last_update[idx]  # a view
             new = last != update
@@ -572,15 +642,22 @@ class Auditor:
             st.uses[idx] = uses
             excess = int(np.count_nonzero((uses > limit) & new))
             st.last_update[idx] = update
-        if excess:
-            kind = self._reuse_kind
-            message = None
-            if self._wants_example(kind):
-                message = (
-                    f"{excess} samples of chunk {st.id!r} {_describe(idx)} delivered to "
-                    f"update {update} at t={t:g} after being used in {limit} other update(s)"
-                )
-            self._violate(kind, excess, message)
+        self._over_use(st, idx, excess, update, t)
+
+    def _over_use(
+        self, st: _ChunkState, idx: slice | np.ndarray, excess: int, update: int, t: float
+    ) -> None:
+        """Count ``excess`` samples of ``idx`` that went into more updates than allowed."""
+        if not excess:
+            return
+        kind = self._reuse_kind
+        message = None
+        if self._wants_example(kind):
+            message = (
+                f"{excess} samples of chunk {st.id!r} {_describe(idx)} delivered to update "
+                f"{update} at t={t:g} after being used in {self._max_uses} other update(s)"
+            )
+        self._violate(kind, excess, message)
 
     def _verify(self, checksums: Mapping[Hashable, int], update: int, t: float) -> None:
         chunks = self._chunks
@@ -668,16 +745,23 @@ class Auditor:
             return
         if st.removed:
             return  # already gone; nothing left to drop
+        steps = st.steps
         if indices is None:
-            idx: slice | np.ndarray = slice(0, st.steps)
+            idx: slice | np.ndarray = slice(0, steps)
+            n = steps
         else:
-            idx, _, _ = normalize_indices(indices, st.steps)
-        if st.dropped is None:
-            st.dropped = np.zeros(st.steps, np.bool_)
-        st.dropped[idx] = True
-        now = int(np.count_nonzero(st.dropped))
-        newly = now - st.n_dropped
-        st.n_dropped = now
+            idx, n, _ = normalize_indices(indices, steps)
+        if st.dropped is None and self.lazy and (st.n_dropped or not n or _whole(idx, n, steps)):
+            # stays uniform: nothing dropped, or everything (already, or now)
+            newly = steps - st.n_dropped if n else 0
+            st.n_dropped += newly
+        else:
+            if st.dropped is None:  # lazy: only now do the samples differ (none dropped yet)
+                st.dropped = np.zeros(steps, np.bool_)
+            st.dropped[idx] = True
+            now = int(np.count_nonzero(st.dropped))
+            newly = now - st.n_dropped
+            st.n_dropped = now
         self._dropped[reason] = self._dropped.get(reason, 0) + newly
         self._live_steps -= newly
 
@@ -686,12 +770,11 @@ class Auditor:
     def _settle(self, st: _ChunkState, why: str) -> None:
         """Close the chunk's books: its never-delivered, never-dropped samples are lost."""
         st.settled = True
-        mask = st.unused_mask()
-        lost = int(np.count_nonzero(mask))
+        lost = st.unused_count()
         if lost:
             message = None
             if self._wants_example(ViolationKind.LOST):
-                first = np.flatnonzero(mask)
+                first = st.unused_head()
                 message = (
                     f"{lost} samples of chunk {st.id!r} {_describe(first)} (version "
                     f"{st.version}) were never delivered nor dropped, and {why}"
@@ -728,7 +811,7 @@ class Auditor:
                 elif not self._resident(cid, st):
                     self._settle(st, f"it is resident in no tier at finish (t={t:g})")
                 else:
-                    unused_resident += int(np.count_nonzero(st.unused_mask()))
+                    unused_resident += st.unused_count()
         self._final = self._build(finished=True, unused_resident=unused_resident)
         return self._final
 

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     pol_sub = pol.add_subparsers(title="policies commands", metavar="ACTION")
     pol_list = pol_sub.add_parser("list", help="built-in and plug-in policies, by name")
     pol_list.add_argument("--json", action="store_true")
+    pol_list.add_argument("--all", action="store_true", help="list every janus-* configuration (collapsed by default)")
     pol_list.set_defaults(handler=cmd_policies_list)
 
     import conduit.sim.run  # noqa: F401 - registers 'conduit sim'
@@ -120,17 +121,30 @@ def cmd_topology_show(args: argparse.Namespace) -> int:
 
 
 def cmd_policies_list(args: argparse.Namespace) -> int:
+    """Registered policies. The 60 ``janus-*`` fixed configurations collapse into one row unless
+    ``--all`` is given."""
+    import re
+
     from conduit.registry import policy_registry
 
     rows = policy_registry().describe()
+    if not getattr(args, "all", False):
+        config = re.compile(r"^janus-(pageable|pinned|gpu)-(co|nco)-(so|nso)-g\d+$")
+        collapsed = [r for r in rows if r["origin"] == "built-in" and config.match(r["name"])]
+        if len(collapsed) > 1:
+            first = rows.index(collapsed[0])
+            rows = [r for r in rows if r not in collapsed]
+            rows.insert(first, {"name": "janus-<placement>-<co|nco>-<so|nso>-g<g>", "role": "policy",
+                                "origin": "built-in",
+                                "summary": f"{len(collapsed)} fixed configurations (--all lists them)"})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     width = max((len(r["name"]) for r in rows), default=4)
+    origin_width = max((len(r["origin"]) for r in rows), default=8)
     for row in rows:
-        print(f"{row['name']:<{width}}  {row['role']:<10} {row['origin']:<28} {row['summary']}")
+        print(f"{row['name']:<{width}}  {row['role']:<10} {row['origin']:<{origin_width}}  {row['summary']}")
     return 0
-
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

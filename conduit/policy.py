@@ -17,6 +17,7 @@ per-batch or per-chunk batch building, pinned or pageable copies, coalescing gra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -109,6 +110,10 @@ class PathSettings:
     * ``overlap_collection`` — move data while sampling still runs.
     * ``overlap_update`` — prepare batch *k+1* while update *k* runs, when the contract allows.
     * ``prefetch_depth`` — batches per learner allowed in flight ahead of need.
+    * ``split`` — pieces each rollout fragment is handed over in (finer ingestion granularity than
+      the runner's fragment: the tail of an iteration shrinks, per-piece overheads grow);
+      ``target_chunk_bytes`` asks for as many pieces as keep each under that size (the larger of
+      the two wins).
     """
 
     route: Route = "direct"
@@ -118,6 +123,13 @@ class PathSettings:
     overlap_collection: bool = True
     overlap_update: bool = True
     prefetch_depth: int = 2
+    split: int = 1
+    target_chunk_bytes: float | None = None
+
+    def pieces(self, fragment_bytes: float) -> int:
+        """Pieces a fragment of ``fragment_bytes`` is handed over in."""
+        by_size = math.ceil(fragment_bytes / self.target_chunk_bytes) if self.target_chunk_bytes else 1
+        return max(self.split, by_size, 1)
 
     def __post_init__(self) -> None:
         if self.route not in ("driver", "direct"):
@@ -126,11 +138,12 @@ class PathSettings:
             raise ConduitError(
                 f"path setting 'batch_build' must be 'per-batch' or 'per-chunk', got {self.batch_build!r}"
             )
-        for name in ("granularity", "prefetch_depth"):
+        for name, minimum in (("granularity", 1), ("prefetch_depth", 0), ("split", 1)):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "granularity" else 0):
-                raise ConduitError(f"path setting {name!r} must be an integer >= "
-                                   f"{1 if name == 'granularity' else 0}, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ConduitError(f"path setting {name!r} must be an integer >= {minimum}, got {value!r}")
+        if self.target_chunk_bytes is not None and not self.target_chunk_bytes > 0:
+            raise ConduitError(f"path setting 'target_chunk_bytes' must be > 0, got {self.target_chunk_bytes!r}")
 
 
 @dataclass(frozen=True)

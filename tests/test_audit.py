@@ -968,3 +968,204 @@ def test_range_selections_audit_fast():
     elapsed = time.perf_counter() - start
     assert a.report().delivered_samples == 2_000_000
     assert elapsed < 2.0, f"{2e6 / elapsed:,.0f} samples/s"
+
+
+# =============================================================================================
+# lazy per-chunk state: identical to eager per-sample arrays, O(1) for whole-chunk traffic
+# =============================================================================================
+
+
+class EagerAuditor(Auditor):
+    """The reference: per-sample arrays from ingestion on, as if the lazy path did not exist."""
+
+    lazy = False
+
+
+WHOLE_SHAPES = ["range", "slice", "padded", "arange", "mask"]
+PART_SHAPES = ["part_range", "part_array", "full_length", "strided", "reversed", "perm", "empty"]
+
+
+@st.composite
+def any_indices(draw, steps):
+    """Indices naming a whole chunk (five spellings) or part of it (in range or not, repeats;
+    ``full_length`` names ``steps`` samples, but some twice)."""
+    shape = draw(st.sampled_from(WHOLE_SHAPES + PART_SHAPES))
+    if shape == "range":
+        return range(steps)
+    if shape == "slice":
+        return draw(st.sampled_from([slice(None), slice(0, None), slice(None, steps)]))
+    if shape == "padded":  # whole, plus out-of-range indices on both sides
+        return range(-draw(st.integers(0, 2)), steps + draw(st.integers(0, 2)))
+    if shape == "arange":
+        return np.arange(steps)
+    if shape == "mask":
+        return np.ones(steps, np.bool_)
+    if shape == "part_range":
+        lo = draw(st.integers(0, steps))
+        return range(lo, draw(st.integers(lo, steps)))
+    if shape == "part_array":
+        return np.array(draw(st.lists(st.integers(-1, steps), max_size=steps + 2)), np.int64)
+    if shape == "full_length":
+        return np.array(draw(st.lists(st.integers(0, steps - 1), min_size=steps, max_size=steps)))
+    if shape == "strided":
+        return range(draw(st.integers(0, 2)), steps, draw(st.integers(2, 3)))
+    if shape == "reversed":
+        return slice(None, None, -1)
+    if shape == "perm":
+        return np.array(draw(st.permutations(range(steps))), np.int64)
+    return range(0)
+
+
+@st.composite
+def mixed_streams(draw):
+    """Random events under any contract: chunks ingested (some twice), placed, moved, delivered
+    whole or in part to any update (stale, repeated, reused, unknown, after eviction or drop,
+    with right or corrupted checksums), dropped whole or in part, consumed, evicted. ``None``
+    marks a point where the live reports are compared."""
+    which = draw(st.sampled_from(["on_policy", "bounded_staleness", "replay"]))
+    if which == "on_policy":
+        contract = OnPolicy()
+    elif which == "bounded_staleness":
+        contract = BoundedStaleness(max_lag=draw(st.integers(0, 2)),
+                                    max_reuse=draw(st.integers(1, 3)))
+    else:
+        min_size = draw(st.integers(0, 10))
+        contract = Replay(capacity=draw(st.integers(max(min_size, 1), 60)),
+                          replay_ratio=draw(st.sampled_from([0.5, 1.0, 2.0])), min_size=min_size,
+                          error_buffer=draw(st.sampled_from([None, 8.0])))
+    caps = {"hbm": draw(st.integers(50, 400)), "host": 400}
+    chunks: list[Chunk] = []
+    events: list[PlaneEvent | None] = []
+    t = 0.0
+    ops = ["ingest", "deliver", "deliver", "deliver", "drop", "drop", "evict", "consume", "tier",
+           "report"]
+    for _ in range(draw(st.integers(1, 60))):
+        op = draw(st.sampled_from(ops))
+        t += 0.25
+        if op == "ingest" or not chunks:
+            if chunks and draw(st.integers(0, 9)) == 0:  # the same id again
+                c = draw(st.sampled_from(chunks))
+            else:
+                steps = draw(st.sampled_from([1, 2, 3, 5, 8, 13, 30]))
+                c = mk(len(chunks), steps=steps, version=draw(st.integers(0, 4)),
+                       checksum=draw(st.sampled_from([None, 7])))
+                chunks.append(c)
+            events.append(PlaneEvent(E.INGESTED, t, chunk=c))
+        elif op == "report":
+            events.append(None)
+        elif op == "deliver":
+            sels, sums = [], {}
+            for _ in range(draw(st.integers(1, 3))):
+                if draw(st.integers(0, 9)) == 0:
+                    sels.append(("ghost", range(draw(st.integers(0, 3)))))
+                    continue
+                c = draw(st.sampled_from(chunks))
+                sels.append((c.id, draw(any_indices(c.steps))))
+                sums[c.id] = draw(st.sampled_from([None, 7, 8]))
+            events.append(PlaneEvent(E.DELIVERED, t, update=draw(st.integers(0, 5)),
+                                     selections=sels,
+                                     checksums=sums if draw(st.booleans()) else None))
+        elif op == "drop":
+            if draw(st.integers(0, 9)) == 0:
+                cid, indices = "ghost", draw(st.sampled_from([None, range(2), np.arange(3)]))
+            else:
+                c = draw(st.sampled_from(chunks))
+                cid = c.id
+                indices = None if draw(st.booleans()) else draw(any_indices(c.steps))
+            events.append(PlaneEvent(E.DROPPED, t, chunk_id=cid, indices=indices,
+                                     reason=draw(st.sampled_from(["stale", "truncated"]))))
+        elif op == "evict":
+            events.append(PlaneEvent(E.EVICTED, t, chunk_id=draw(st.sampled_from(chunks)).id))
+        elif op == "consume":
+            events.append(PlaneEvent(E.CONSUMED, t, update=draw(st.integers(0, 5))))
+        else:
+            c = draw(st.sampled_from(chunks))
+            how = draw(st.sampled_from(["place", "move", "evict"]))
+            if how == "place":
+                events.append(PlaneEvent(E.PLACED, t, chunk_id=c.id,
+                                         tier=draw(st.sampled_from(["hbm", "host"])),
+                                         nbytes=c.nbytes))
+            elif how == "move":
+                events.append(PlaneEvent(E.MOVED, t, chunk_id=c.id, src_tier="host",
+                                         dst_tier="hbm", nbytes=c.nbytes))
+            else:
+                events.append(PlaneEvent(E.EVICTED, t, chunk_id=c.id,
+                                         tier=draw(st.sampled_from(["hbm", "host"]))))
+    return contract, caps, events, t + 1
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed_streams())
+def test_lazy_chunk_state_reports_exactly_what_eager_arrays_do(stream):
+    contract, caps, events, end = stream
+    lazy, eager = Auditor(contract, caps), EagerAuditor(contract, caps)
+    for ev in events:
+        if ev is None:
+            assert lazy.report().to_dict() == eager.report().to_dict()
+        else:
+            lazy.observe(ev)
+            eager.observe(ev)
+    assert lazy.finish(end).to_dict() == eager.finish(end).to_dict()
+
+
+def test_partial_selections_expand_the_uniform_counters_exactly():
+    """Whole, then part, then whole again: counts and messages as with per-sample arrays."""
+    for cls in (Auditor, EagerAuditor):
+        a = cls(BoundedStaleness(max_lag=10, max_reuse=2))
+        a.ingested(mk("c", steps=10, version=5), 0.0)
+        a.delivered(5, [("c", range(10))], 1.0)  # use 1, all samples alike
+        a.delivered(5, [("c", range(3, 6))], 1.5)  # same update: nothing new, still alike
+        a.delivered(6, [("c", np.array([0, 1, 2]))], 2.0)  # use 2 for 0..2: they differ now
+        a.delivered(7, [("c", slice(None))], 3.0)  # use 3 for 0..2, use 2 for 3..9
+        a.dropped("c", 3.5, "truncated", indices=range(8, 10))
+        a.dropped("c", 3.6, "truncated", indices=np.arange(10))  # the rest
+        a.delivered(7, [("c", range(10))], 4.0)
+        report = a.finish(5.0)
+        assert report.by_kind["over_reused"] == 3
+        assert report.examples["over_reused"] == [(
+            "3 samples of chunk 'c' [0:10] delivered to update 7 at t=3 after being used in 2 "
+            "other update(s)"
+        )]
+        assert report.by_kind["evicted_then_sampled"] == 10 and report.violations == 13
+        assert report.unused_resident_samples == 0
+        assert report.dropped_samples == {"truncated": 10}
+
+
+def test_huge_chunks_delivered_whole_cost_no_per_sample_memory_or_time():
+    """1,000 chunks of 1,000,000 tokens: OnPolicy, each delivered whole (two epochs), consumed,
+    evicted; a few dropped whole or never delivered. Eager arrays would need 12 GB."""
+    import time
+    import tracemalloc
+
+    steps, n, per_update = 1_000_000, 1_000, 250
+    tracemalloc.start()
+    start = time.perf_counter()
+    a = Auditor(OnPolicy(), {"hbm": per_update * steps * 2})
+    for k in range(n // per_update):
+        chunks = [mk(k * per_update + i, steps=steps, version=k, nbytes=steps * 2)
+                  for i in range(per_update)]
+        for c in chunks:
+            a.ingested(c, float(k))
+            a.placed(c.id, "hbm", c.nbytes, float(k))
+        a.dropped(chunks[0].id, k + 0.1, "producer-died")
+        sels = [(c.id, range(steps)) for c in chunks[2:]]
+        for _ in range(2):  # epochs
+            for b in range(0, len(sels), 16):
+                a.delivered(k, sels[b:b + 16], k + 0.2)
+        a.consumed(k, k + 0.5)  # chunks[1] was never delivered: lost
+        for c in chunks:
+            a.evicted(c.id, k + 0.6)
+    report = a.finish(float(n))
+    elapsed = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    updates = n // per_update
+    assert only(report, V.LOST) == updates * steps
+    assert report.examples["lost"][0] == (
+        "1000000 samples of chunk 1 [0, 1, 2, 3, 4, 5, ...] (version 0) were never delivered nor "
+        "dropped, and update 0 was consumed at t=0.5"
+    )
+    assert report.delivered_samples == 2 * (n - 2 * updates) * steps
+    assert report.dropped_samples == {"producer-died": updates * steps}
+    assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+    assert elapsed < 2.0, f"{report.delivered_samples / elapsed:,.0f} samples/s"

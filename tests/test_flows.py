@@ -229,6 +229,79 @@ def test_route_links_are_directed_indices():
     assert router.link_index("n1", "n0") == route.links[1]
 
 
+def bottleneck(g: nx.Graph, nodes) -> float:
+    return min((g.edges[u, v]["bandwidth"] for u, v in zip(nodes, nodes[1:])), default=math.inf)
+
+
+def test_widest_route_prefers_nvlink_over_the_shared_pcie_switch():
+    topology = pytest.importorskip("conduit.topology").load_topology("dgx-h100")
+    router = Router(topology.graph)
+    for a, b, switch in [("gpu0", "gpu1", "pcie0"), ("gpu2", "gpu3", "pcie1"), ("gpu4", "gpu5", "pcie2"),
+                         ("gpu6", "gpu7", "pcie3")]:
+        assert topology.graph.has_edge(a, switch) and topology.graph.has_edge(b, switch)  # the 55 GB/s detour exists
+        for src, dst in ((a, b), (b, a)):
+            assert router.route(src, dst).nodes == (src, "nvswitch", dst)
+    # 1 GB at 450 GB/s after 1 us of latency, not 18 ms over PCIe
+    (done,) = simulate_transfers(topology, [t("gpu0", "gpu1", 1e9)])
+    assert done == pytest.approx(1e-6 + 1e9 / 450e9)
+
+
+def test_widest_route_matches_the_topology_model():
+    topology = pytest.importorskip("conduit.topology").load_topology("dgx-h100")
+    g, router = topology.graph, Router(topology.graph)
+    devices = sorted(g.nodes)
+    for src in devices:
+        for dst in devices:
+            if src != dst:
+                width, _latency, hops = topology.widest_shortest_path(src, dst)
+                nodes = router.route(src, dst).nodes
+                assert (len(nodes) - 1, bottleneck(g, nodes)) == (hops, width), (src, dst, nodes)
+
+
+@st.composite
+def weighted_graphs(draw):
+    n = draw(st.integers(2, 9))
+    g = nx.Graph()
+    g.add_nodes_from(f"v{i}" for i in range(n))
+    pairs = [(draw(st.integers(0, i - 1)), i) for i in range(1, n)]  # connected ...
+    pairs += draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n))  # ... with cycles
+    for a, b in pairs:
+        if a != b:
+            link(g, f"v{a}", f"v{b}", draw(st.sampled_from([1.0, 2.0, 5.0, 10.0, 50.0])))
+    return g
+
+
+@given(weighted_graphs())
+@settings(max_examples=150, deadline=None)
+def test_routes_are_hop_shortest_with_the_widest_bottleneck(g):
+    router = Router(g)
+    for src in g:
+        for dst in g:
+            route = router.route(src, dst)
+            assert route.nodes[0] == src and route.nodes[-1] == dst
+            assert [router.links[i] for i in route.links] == list(zip(route.nodes, route.nodes[1:]))
+            assert len(route.nodes) - 1 == nx.shortest_path_length(g, src, dst)
+            best = max(bottleneck(g, p) for p in nx.all_shortest_paths(g, src, dst))
+            assert bottleneck(g, route.nodes) == best
+    # deterministic: a fresh router, and the same graph built in another order, route the same way
+    rebuilt = nx.Graph()
+    rebuilt.add_nodes_from(reversed(list(g.nodes)))
+    rebuilt.add_edges_from((v, u, data) for u, v, data in reversed(list(g.edges(data=True))))
+    assert all_routes(g) == all_routes(g) == all_routes(rebuilt)
+
+
+def test_equal_width_paths_still_spread_by_hash():
+    # a non-uniform fabric: leaf-spine uplinks of two speeds; only the fast spines are used,
+    # and ECMP still spreads routes over them
+    g = two_level_fabric(hosts=8, spines=4)
+    for i in range(2):
+        for s in (2, 3):
+            g.edges[f"leaf{i}", f"spine{s}"]["bandwidth"] = 5.0
+    routes = all_routes(g)
+    spines = {nodes[2] for (s, d), nodes in routes.items() if s.startswith("h") and len(nodes) == 5}
+    assert spines == {"spine0", "spine1"}
+
+
 # -- properties --------------------------------------------------------------
 
 capacities = st.sampled_from([1.0, 2.0, 3.0, 5.0, 7.5, 10.0])

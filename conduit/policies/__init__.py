@@ -8,6 +8,13 @@ Registered names (``conduit policies list``):
   device when the learner asks (no prefetch): what a framework with no data plane does.
 * ``all-gpu`` — every chunk goes straight to its consumer's HBM (pinned staging), spilling to pinned
   host memory when HBM is full; moves start as soon as a learner has pending data.
+* ``janus-{pageable|pinned|gpu}-{co|nco}-{so|nso}-g{1|2|4|8|16}`` — the 60 Janus baselines
+  (:mod:`conduit.policies.janus`): fixed hand-tuned configurations of placement, collection overlap,
+  selection overlap and granularity, batches built per batch; ``janus`` builds one from keyword
+  parameters (a declared ``Param`` space for ``conduit tune``).
+* ``janus-best`` — the best ``janus-*`` configuration for one workload on one topology, found by
+  exhaustive search on the simulator (:func:`conduit.sim.search.janus_best`); a backend resolves it,
+  so creating it by name alone is an error.
 """
 
 from __future__ import annotations
@@ -55,6 +62,9 @@ def rllib_stock() -> Policy:
 
 
 def register_builtins(registry: PolicyRegistry) -> None:
+    from conduit.policies.conduit_policy import conduit
+
+    registry.register(PolicyEntry("conduit", "policy", conduit, conduit.__doc__.strip()))
     registry.register(PolicyEntry("rllib-stock", "policy", rllib_stock, rllib_stock.__doc__.strip()))
     registry.register(PolicyEntry("host-only", "policy", host_only, host_only.__doc__.strip()))
     registry.register(PolicyEntry("all-gpu", "policy", all_gpu, all_gpu.__doc__.strip()))
@@ -65,3 +75,13 @@ def register_builtins(registry: PolicyRegistry) -> None:
     registry.register(PolicyEntry("on-demand", "scheduling", OnDemand, "no prefetch: move when the learner asks"))
     registry.register(PolicyEntry("edf-prefetch", "scheduling", EarliestDeadlineFirst,
                                   "earliest-deadline-first prefetch, bounded depth per learner"))
+    # Janus baselines: the parametric ``janus``, its 60 named configurations, and ``janus-best``
+    from conduit.policies import janus as janus_module
+
+    registry.register(PolicyEntry("janus", "policy", janus_module.janus, janus_module.janus.__doc__.strip()))
+    for name, _ in janus_module.janus_configurations():
+        factory = janus_module.configuration_factory(name)
+        registry.register(PolicyEntry(name, "policy", factory, factory.__doc__))
+    registry.register(PolicyEntry(
+        janus_module.JANUS_BEST, "policy", janus_module.janus_best_unresolved,
+        "best janus-* configuration by exhaustive search per workload and topology (resolved by the simulator)"))

@@ -121,8 +121,11 @@ class Simulation:
     ):
         if iterations < 1:
             raise ConduitError(f"iterations must be >= 1, got {iterations}")
-        self.topology, self.workload, self.policy = topology, workload, policy
         self.path = policy.path
+        pieces = self.path.pieces(workload.chunk_bytes)
+        if pieces > 1:
+            workload = split_fragments(workload, pieces)
+        self.topology, self.workload, self.policy = topology, workload, policy
         self.iterations, self.seed = iterations, seed
         self.stock, self.plane = stock or StockCosts(), plane or PlaneCosts()
         self.progress = progress
@@ -137,7 +140,7 @@ class Simulation:
         }
         self.compute = {lr.device: ComputeEngine(self.env, lr.device) for lr in self.layout.learners}
         self.ledger = TierLedger(self.env, topology)
-        self.contract = workload.contract()
+        self.contract = workload.contract(runners=len(self.layout.runners))
         self.auditor = Auditor(self.contract, tier_capacities={k: int(v) for k, v in self.ledger.capacity.items()})
         self.rec = Recorder()
         self.view = SimClusterView(self)
@@ -428,7 +431,7 @@ class Simulation:
             self.rec.span(k, "b", t_b, self.env.now)
         t_c = self.env.now
         samples = len(cids) * w.chunk_steps
-        yield from self.cpu(lr.node, s.connector(samples, nbytes))
+        yield from self.cpu(lr.node, s.connector(samples / w.steps_per_row, nbytes))
         t_d = self.env.now
         yield from self.cpu(lr.node, s.to_tensor(nbytes))
         yield from self.copy_to_device(lr, nbytes, pinned=False)
@@ -456,7 +459,7 @@ class Simulation:
         per_chunk = self.path.batch_build == "per-chunk" or state is None
         work = p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
         if per_chunk:
-            work += self.stock.connector(samples, nbytes)
+            work += self.stock.connector(samples / w.steps_per_row, nbytes)
         yield from self.cpu(runner.node, work)
         tier = self.decide_tier(group[0][0], runner, learner)
         for chunk, _ in group:
@@ -512,7 +515,7 @@ class Simulation:
             w, s = self.workload, self.stock
             cids = state.assigned[lr.id]
             nbytes, samples = len(cids) * w.chunk_bytes, len(cids) * w.chunk_steps
-            yield from self.cpu(lr.node, s.connector(samples, nbytes) + s.to_tensor(nbytes))
+            yield from self.cpu(lr.node, s.connector(samples / w.steps_per_row, nbytes) + s.to_tensor(nbytes))
             off_device = [cid for cid in cids if self._location.get(cid) != lr.device_tier]
             if off_device:  # what the placement left in host memory is copied now, in one go
                 yield from self.copy_to_device(lr, len(off_device) * w.chunk_bytes, pinned=self.path.pinned)
@@ -625,7 +628,7 @@ class Simulation:
         yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, chunk.nbytes))
         yield from self.move_to(chunk.id, lr.pageable)
         t_c = self.env.now
-        yield from self.cpu(lr.node, s.connector(chunk.steps, chunk.nbytes))
+        yield from self.cpu(lr.node, s.connector(chunk.steps / w.steps_per_row, chunk.nbytes))
         t_d = self.env.now
         yield from self.cpu(lr.node, s.to_tensor(chunk.nbytes))
         yield from self.copy_to_device(lr, chunk.nbytes, pinned=False)
@@ -784,7 +787,7 @@ class Simulation:
         if w.local_learner:
             yield from self.on_driver(s.local_call_overhead)
             t_c = self.env.now
-            yield from self.on_driver(s.connector(w.batch_size, nbytes))
+            yield from self.on_driver(s.connector(w.batch_size / w.steps_per_row, nbytes))
             t_d = self.env.now
             yield from self.on_driver(s.to_tensor(nbytes))
         else:
@@ -792,7 +795,7 @@ class Simulation:
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
             yield from self.cpu(lr.node, s.shard_deserialize(1, nbytes))
             t_c = self.env.now
-            yield from self.cpu(lr.node, s.connector(w.batch_size, nbytes))
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, nbytes))
             t_d = self.env.now
             yield from self.cpu(lr.node, s.to_tensor(nbytes))
         yield from self.copy_to_device(lr, nbytes, pinned=False)
@@ -808,8 +811,8 @@ class Simulation:
         current update runs."""
         learners = self.layout.learners
         self._replay = {lr.id: deque() for lr in learners}
-        self._inserted = self._sampled = 0
-        self._replay_changed = self.env.event()
+        self._limiter = _RateLimiter(self.env, self.contract, self.workload)
+        self._table_changed = {lr.id: self.env.event() for lr in learners}
         self._stop = False
         for r in self.layout.runners:
             self.env.process(self.plane_dqn_runner(r))
@@ -817,8 +820,8 @@ class Simulation:
         yield simpy.AllOf(self.env, procs)
         self._stop = True
 
-    def _replay_notify(self) -> None:
-        event, self._replay_changed = self._replay_changed, self.env.event()
+    def _replay_notify(self, lid: str) -> None:
+        event, self._table_changed[lid] = self._table_changed[lid], self.env.event()
         event.succeed()
 
     def plane_dqn_runner(self, runner: RunnerRole) -> Generator:
@@ -829,12 +832,10 @@ class Simulation:
             lr = self.layout.target(runner, i)
             i += 1
             # rate limiter, insert side: the runner blocks (backpressure) rather than run ahead
-            while not self.contract.can_insert(w.chunk_steps, self._inserted, self._sampled) and not self._stop:
-                yield self._replay_changed
+            yield from self._limiter.insert(w.chunk_steps)
             if self._stop:
                 return
             chunk, trace = self.new_chunk(runner, lr, self.version)
-            self._inserted += w.chunk_steps
             insert = self.env.process(self._replay_ingest(runner, lr, chunk, trace))
             if not self.path.overlap_collection:  # the runner waits for its chunk to be collected
                 yield insert
@@ -842,7 +843,7 @@ class Simulation:
     def _replay_ingest(self, runner: RunnerRole, lr: LearnerRole, chunk: Chunk, trace: ChunkTrace) -> Generator:
         yield from self.direct_group(runner, lr, [(chunk, trace)], None)
         self._replay_insert(self._replay[lr.id], chunk.id)
-        self._replay_notify()
+        self._replay_notify(lr.id)
 
     def plane_dqn_learner(self, lr: LearnerRole) -> Generator:
         w = self.workload
@@ -874,19 +875,34 @@ class Simulation:
     def _plane_dqn_fetch(self, lr: LearnerRole, update: int) -> Generator:
         """Sample a batch for ``update`` (delivered to the learner now, as the limiter counts it)."""
         w = self.workload
-        while not self._replay[lr.id] or not self.contract.can_sample(w.batch_size, self._inserted, self._sampled):
-            yield self._replay_changed
-        self._sampled += w.batch_size
+        while not self._replay[lr.id]:
+            yield self._table_changed[lr.id]
+        yield from self._limiter.sample(w.batch_size)
         last_created = self._chunks[self._replay[lr.id][-1]].t_created
         selections = self._replay_sample(self._replay[lr.id], w.batch_size)
         self.auditor.delivered(update, selections, self.env.now)
-        self._replay_notify()
         # gather: samples living off-device are copied in; on-device ones are an index gather
         off_device = sum(len(idx) for cid, idx in selections if self._location.get(cid) != lr.device_tier)
         yield self.env.timeout(self.plane.device_sample_per_call)
         if off_device and lr.hbm is not None:
             yield from self.copy_to_device(lr, off_device * w.bytes_per_step, pinned=True)
         return selections, last_created, self.env.now
+
+
+def split_fragments(workload: Workload, split: int) -> Workload:
+    """The workload as seen by a plane that takes each runner's fragment in ``split`` pieces.
+
+    A runner hands its experience to the plane every ``fragment_length / split`` vector steps from
+    inside its sampling loop (no extra framework call: the per-``sample()`` call overhead is spread
+    over the pieces), so each chunk is ``split`` times smaller and the last one of an iteration
+    reaches its learner sooner. Batches and the data contract are unchanged.
+    """
+    from dataclasses import replace
+
+    pieces = max(1, min(split, workload.fragment_length))
+    return replace(workload, fragment_length=max(1, workload.fragment_length // pieces),
+                   runner_call_overhead=workload.runner_call_overhead / pieces,
+                   chunks_per_batch=workload.chunks_per_batch * pieces)  # APPO batches keep their steps
 
 
 def _scheduled_events(env: simpy.Environment) -> int:
@@ -946,6 +962,58 @@ class _PpoIteration:
         self.host_count[lr.id] += len(cids)
         if self.host_count[lr.id] >= self.expected[lr.id] and not self.all_arrived_host[lr.id].triggered:
             self.all_arrived_host[lr.id].succeed()
+
+
+class _RateLimiter:
+    """The Replay contract's rate limiter, shared by all runners and learners of a run.
+
+    ``insert(n)``/``sample(n)`` return at once when the contract allows the step, and otherwise
+    queue the caller (FIFO per side). Every admitted step wakes at most the queued callers the new
+    counts admit, one at a time, so a thousand blocked learners cost nothing until they can go —
+    no thundering herd. Counts are taken when a step is admitted, exactly as the auditor sees them.
+    """
+
+    def __init__(self, env: simpy.Environment, contract: Any, workload: Workload):
+        self.env, self.contract = env, contract
+        self.inserted = 0
+        self.sampled = 0
+        self._inserters: deque[tuple[int, simpy.Event]] = deque()
+        self._samplers: deque[tuple[int, simpy.Event]] = deque()
+
+    def insert(self, n: int) -> Generator:
+        if self._inserters or not self.contract.can_insert(n, self.inserted, self.sampled):
+            gate = self.env.event()
+            self._inserters.append((n, gate))
+            self._wake()
+            yield gate
+        else:
+            self.inserted += n
+            self._wake()
+
+    def sample(self, n: int) -> Generator:
+        if self._samplers or not self.contract.can_sample(n, self.inserted, self.sampled):
+            gate = self.env.event()
+            self._samplers.append((n, gate))
+            self._wake()
+            yield gate
+        else:
+            self.sampled += n
+            self._wake()
+
+    def _wake(self) -> None:
+        progress = True
+        while progress:
+            progress = False
+            if self._samplers and self.contract.can_sample(self._samplers[0][0], self.inserted, self.sampled):
+                n, gate = self._samplers.popleft()
+                self.sampled += n
+                gate.succeed()
+                progress = True
+            if self._inserters and self.contract.can_insert(self._inserters[0][0], self.inserted, self.sampled):
+                n, gate = self._inserters.popleft()
+                self.inserted += n
+                gate.succeed()
+                progress = True
 
 
 class _ReadyQueue:

@@ -52,11 +52,16 @@ def max_min_rates(
     n_flows: int | None = None,
     *,
     rtol: float = RTOL,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rates of ``n_flows`` flows; ``flows[k]`` crosses ``links[k]``.
 
     ``capacity[l]`` is link ``l``'s capacity (> 0). Returns a float array of
     ``n_flows`` rates (``inf`` for a flow that crosses no link).
+
+    ``weights[i]`` (optional, integers >= 1 as floats) makes flow ``i`` stand for
+    that many identical flows — flows with the same links, which max-min
+    fairness always gives the same rate; each of them gets the returned rate.
     """
     f = np.asarray(flows, dtype=np.intp)
     l_ = np.asarray(links, dtype=np.intp)
@@ -65,29 +70,45 @@ def max_min_rates(
     if n_flows is None:
         n_flows = int(f.max()) + 1 if f.size else 0
     rates = np.full(n_flows, np.inf)
-    count = np.bincount(l_, minlength=n_links).astype(np.float64)
+    if not f.size:
+        return rates
+    if weights is None:
+        w = None
+        count = np.bincount(l_, minlength=n_links).astype(np.float64)
+    else:
+        w = np.asarray(weights, dtype=np.float64)[f]  # per entry
+        count = np.bincount(l_, weights=w, minlength=n_links)
     fixed = np.zeros(n_flows, dtype=bool)
     share = np.empty(n_links)
     tightest = np.empty(n_flows)  # per flow: the smallest share among its links
     seen = np.empty(n_links)  # per link: the smallest share its flows see anywhere
-    while f.size:
+    level = 1.0 + rtol
+    while True:
+        # Links without unfixed flows keep a stale share: no entry reads it.
         np.divide(remaining, count, out=share, where=count > 0)
-        share[count == 0] = np.inf
         tightest.fill(np.inf)
         np.minimum.at(tightest, f, share[l_])
         entry_rate = tightest[f]
         seen.fill(np.inf)
         np.minimum.at(seen, l_, entry_rate)
-        bottleneck = share <= seen * (1.0 + rtol)
+        bottleneck = share <= seen * level
         fixed[f[bottleneck[l_]]] = True
         done = fixed[f]
-        rates[f[done]] = entry_rate[done]
-        remaining -= np.bincount(l_[done], weights=entry_rate[done], minlength=n_links)
+        rates[f] = entry_rate  # final for the fixed; the others are overwritten later
+        if done.all():
+            return rates
+        l_done = l_[done]
+        if w is None:
+            remaining -= np.bincount(l_done, weights=entry_rate[done], minlength=n_links)
+            count -= np.bincount(l_done, minlength=n_links)
+        else:
+            w_done = w[done]
+            remaining -= np.bincount(l_done, weights=entry_rate[done] * w_done, minlength=n_links)
+            count -= np.bincount(l_done, weights=w_done, minlength=n_links)
+            w = w[~done]
         np.maximum(remaining, 0.0, out=remaining)
-        count -= np.bincount(l_[done], minlength=n_links)
         keep = ~done
         f, l_ = f[keep], l_[keep]
-    return rates
 
 
 def progressive_filling_reference(

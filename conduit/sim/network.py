@@ -17,10 +17,31 @@ network keeps no per-byte state, only each flow's rate and its remaining bytes
 as of the last time its rate changed (``t_last``); progress is advanced lazily,
 vectorised, ``remaining -= (now - t_last) * rate``, when a flow's rate is about
 to change. All starts and ends at one instant are batched into a single
-re-solve at that instant. A re-solve touches only the *component* of the
-change: the flows connected to the links of the started/ended flows in the
-flow–link bipartite graph, transitively; every other flow keeps its rate and
-its predicted finish time.
+re-solve at that instant, run by a zero-delay event queued behind every event
+already due then.
+
+*Route classes.* Flows with the same endpoints cross the same links, so max-min
+fairness gives them the same rate. The solver therefore works on classes, one
+per ``(src, dst)`` pair in use, weighted by how many flows each holds (on the
+DGX fabrics hundreds of flows fall into a few dozen classes: every runner of a
+node sends to the same driver memory).
+
+*Fast paths.* Each directed link counts the flows on it. A flow that starts
+alone on every link of its route gets its route's bottleneck capacity and
+disturbs nobody; a flow that ends leaving all its links empty frees them and
+disturbs nobody. An instant whose starts and ends are all of these kinds runs
+no solve at all.
+
+*Re-solves.* Otherwise the instant re-solves every active class at once with
+the vectorised bottleneck algorithm: it fixes every local bottleneck of every
+component in the same round, so independent components cost no extra rounds,
+and the arithmetic of each component is the same as if it were solved alone —
+a class whose component did not change gets bit-for-bit its old rate. Only
+flows whose class rate changed (and the new ones) have their progress advanced
+and their finish re-predicted; every other flow keeps its predicted finish
+time. The solve runs on compact numberings of the classes and links in use
+(incidence entries are kept incrementally and compacted when classes empty),
+so its cost follows the active flows, not the size of the fabric.
 
 SimPy cannot cancel an event, so the network keeps a single completion timer
 for the earliest predicted finish over all flows. Each time it is armed it gets
@@ -29,7 +50,7 @@ nothing. When the timer fires, every flow whose remaining bytes are within a
 relative epsilon of zero completes, which absorbs floating-point crumbs.
 
 Link statistics (bytes carried and busy time per directed link) are integrated
-the same lazy way from each link's total rate.
+the same lazy way from each link's total rate, whenever that rate changes.
 """
 
 from __future__ import annotations
@@ -81,6 +102,7 @@ class Transfer(simpy.Event):
         self.submitted: float = env.now
         self.started: float | None = None
         self.completed: float | None = None
+        self._cls = 0  # the network's route class (0: none)
 
     def __repr__(self) -> str:
         return f"<Transfer {self.src!r}->{self.dst!r} {self.nbytes} B tag={self.tag!r}>"
@@ -116,12 +138,21 @@ def _edge_attribute(u: Hashable, v: Hashable, data: dict, name: str, unit: str, 
     return value
 
 
+def _grown(array: np.ndarray, size: int, fill: float | int) -> np.ndarray:
+    """``array`` extended to at least ``size`` elements (doubling), new ones ``fill``."""
+    new = max(8, 2 * array.size)
+    while new < size:
+        new *= 2
+    return np.concatenate([array, np.full(new - array.size, fill, dtype=array.dtype)])
+
+
 class Network:
     """Transfers over ``graph`` in ``env``, sharing links max-min fairly.
 
     Counters: ``events`` (flow starts and completions handled), ``resolves``
-    (component re-solves run) and ``resolved_flows`` (flows whose rates those
-    re-solves recomputed, summed; over ``resolves`` it is the mean component).
+    (instants whose starts or ends gave some flow a new rate: a fast-path
+    start or a re-solve) and ``resolved_flows`` (flows those instants gave a
+    rate, summed; over ``resolves`` it is the mean number of flows re-rated).
     """
 
     def __init__(self, env: simpy.Environment, graph: nx.Graph) -> None:
@@ -142,10 +173,43 @@ class Network:
         self.resolved_flows = 0
 
         n_links = self.bandwidth.size
-        self._link_rate = np.zeros(n_links)  # sum of the rates of the flows on it
-        self._link_t = np.zeros(n_links)  # when bytes/busy were last integrated
-        self._link_bytes = np.zeros(n_links)
-        self._link_busy = np.zeros(n_links)
+        self._n_links = n_links
+        # Per directed link, plus an always-idle sentinel at index n_links.
+        self._link_rate = np.zeros(n_links + 1)  # sum of the rates of the flows on it
+        self._link_t = np.zeros(n_links + 1)  # when bytes/busy were last integrated
+        self._link_bytes = np.zeros(n_links + 1)
+        self._link_busy = np.zeros(n_links + 1)
+        self._count = [0] * n_links  # flows on each link
+
+        # Route classes (global ids; 0 is "no class", the class of free slots).
+        self._class_of: dict[tuple[Hashable, Hashable], int] = {}
+        self._c_route: list[Route | None] = [None]
+        self._c_links: list[tuple[int, ...]] = [()]
+        self._c_solo: list[float] = [0.0]  # the route's bottleneck capacity
+        self._c_latency: list[float] = [0.0]
+        self._c_mult: list[int] = [0]  # active flows in the class
+        self._c_local: list[int] = [0]  # listed id (0: not listed)
+        self._local_of = np.zeros(8, dtype=np.intp)  # the same, as an array
+
+        # Listed classes: those whose incidence entries are kept for the solver,
+        # numbered compactly from 1 (0 is a dummy that never has a flow).
+        self._l_mult = np.zeros(8)
+        self._l_rate = np.zeros(8)  # the rate the class's flows have now
+        self._l_gid: list[int] = [0]
+        self._l_free: list[int] = []
+        self._n_l = 1
+        self._unlisted: set[int] = set()  # active classes not listed (each alone on its links)
+        self._dead: set[int] = set()  # listed ids whose class has no flow left
+        # Links of listed classes, numbered compactly from 0.
+        self._k_of = [-1] * n_links
+        self._k_glob = np.full(8, n_links, dtype=np.intp)  # sentinel for free ids
+        self._k_cap = np.ones(8)
+        self._k_users = [0] * n_links  # listed classes crossing each link
+        self._k_free: list[int] = []
+        self._n_k = 0
+        # The classes x links incidence of listed classes, as COO entries.
+        self._ent_c = np.zeros(0, dtype=np.intp)
+        self._ent_k = np.zeros(0, dtype=np.intp)
 
         # Flows live in slots; the arrays grow by doubling, freed slots are reused.
         self._xfer: list[Transfer | None] = []
@@ -153,14 +217,13 @@ class Network:
         self._rate = np.zeros(0)
         self._remaining = np.zeros(0)
         self._nbytes = np.zeros(0)
+        self._tol = np.zeros(0)  # COMPLETION_RTOL * nbytes
         self._t_last = np.zeros(0)
         self._t_finish = np.zeros(0)  # predicted finish; inf for free slots
-        # The flows x links incidence of active flows, as COO entries.
-        self._ent_flow = np.zeros(0, dtype=np.intp)
-        self._ent_link = np.zeros(0, dtype=np.intp)
+        self._slot_cls = np.zeros(0, dtype=np.intp)
 
         self._starting: list[Transfer] = []  # began sharing bandwidth, not yet solved
-        self._dirty: list[np.ndarray] = []  # links whose flows ended, not yet solved
+        self._ended: list[int] = []  # classes of flows that ended, not yet solved
         self._flush_pending = False
         self._epoch = 0  # completion timers carry the epoch they were armed in
         self._armed_at: float | None = None
@@ -181,13 +244,16 @@ class Network:
             raise ConduitError(f"nbytes: must be a number of bytes, got {nbytes!r}")
         if not (math.isfinite(nbytes) and nbytes >= 0):
             raise ConduitError(f"nbytes: must be a finite number >= 0, got {nbytes!r}")
-        route = self.router.route(src, dst)
-        latency = float(self.latency[route.links].sum())
-        xfer = Transfer(self.env, src, dst, nbytes, tag, route, latency)
+        cls = self._class_of.get((src, dst))
+        if cls is None:
+            cls = self._new_class(src, dst)
+        latency = self._c_latency[cls]
+        xfer = Transfer(self.env, src, dst, nbytes, tag, self._c_route[cls], latency)
+        xfer._cls = cls
         if src == dst:
             self._complete(xfer)
         elif latency > 0:
-            self.env.timeout(latency).callbacks.append(lambda _ev: self._begin(xfer))
+            self.env.timeout(latency, xfer).callbacks.append(self._after_latency)
         else:
             self._begin(xfer)
         return xfer
@@ -202,17 +268,17 @@ class Network:
         Indexed like ``router.links``. Starts and ends at the current instant
         count once the instant's re-solve has run.
         """
-        view = self._link_rate.view()
+        view = self._link_rate[: self._n_links]
         view.flags.writeable = False
         return view
 
     def link_flow_counts(self) -> np.ndarray:
         """How many flows share each directed link now (indexed like ``router.links``)."""
-        return np.bincount(self._ent_link, minlength=self.bandwidth.size)
+        return np.array(self._count, dtype=np.intp)
 
     def link_stats(self) -> dict[tuple[Hashable, Hashable], LinkStats]:
         """Bytes carried and busy time of every directed link, up to now."""
-        self._integrate_links(np.arange(self.bandwidth.size))
+        self._integrate_links(np.arange(self._n_links))
         return {
             (u, v): LinkStats(
                 u,
@@ -225,12 +291,93 @@ class Network:
             for i, (u, v) in enumerate(self.router.links)
         }
 
+    # -- route classes ----------------------------------------------------
+
+    def _new_class(self, src: Hashable, dst: Hashable) -> int:
+        route = self.router.route(src, dst)
+        cls = len(self._c_route)
+        self._c_route.append(route)
+        self._c_links.append(tuple(route.links.tolist()))
+        self._c_solo.append(float(self.bandwidth[route.links].min()) if route.links.size else math.inf)
+        self._c_latency.append(float(self.latency[route.links].sum()))
+        self._c_mult.append(0)
+        self._c_local.append(0)
+        if cls >= self._local_of.size:
+            self._local_of = _grown(self._local_of, cls + 1, 0)
+        self._class_of[(src, dst)] = cls
+        return cls
+
+    def _list(self, classes: set[int]) -> None:
+        """Give ``classes`` listed ids and incidence entries (compact link ids too)."""
+        new_c: list[int] = []
+        new_k: list[int] = []
+        k_of, k_users = self._k_of, self._k_users
+        for cls in sorted(classes):
+            if self._l_free:
+                lid = self._l_free.pop()
+            else:
+                lid = self._n_l
+                self._n_l += 1
+                if lid >= self._l_mult.size:
+                    self._l_mult = _grown(self._l_mult, lid + 1, 0.0)
+                    self._l_rate = _grown(self._l_rate, lid + 1, 0.0)
+                self._l_gid.append(0)
+            self._l_gid[lid] = cls
+            self._c_local[cls] = lid
+            self._local_of[cls] = lid
+            self._l_mult[lid] = self._c_mult[cls]
+            self._l_rate[lid] = self._c_solo[cls]  # unlisted active classes are alone on their links
+            for link in self._c_links[cls]:
+                k = k_of[link]
+                if k < 0:
+                    if self._k_free:
+                        k = self._k_free.pop()
+                    else:
+                        k = self._n_k
+                        self._n_k += 1
+                        if k >= self._k_glob.size:
+                            self._k_glob = _grown(self._k_glob, k + 1, self._n_links)
+                            self._k_cap = _grown(self._k_cap, k + 1, 1.0)
+                    k_of[link] = k
+                    self._k_glob[k] = link
+                    self._k_cap[k] = self.bandwidth[link]
+                k_users[link] += 1
+                new_c.append(lid)
+                new_k.append(k)
+        self._ent_c = np.concatenate([self._ent_c, np.array(new_c, dtype=np.intp)])
+        self._ent_k = np.concatenate([self._ent_k, np.array(new_k, dtype=np.intp)])
+
+    def _compact(self) -> None:
+        """Drop the entries of listed classes left without flows; free their ids."""
+        keep = self._l_mult[self._ent_c] > 0
+        self._ent_c = self._ent_c[keep]
+        self._ent_k = self._ent_k[keep]
+        k_of, k_users = self._k_of, self._k_users
+        for lid in self._dead:
+            cls = self._l_gid[lid]
+            self._l_gid[lid] = 0
+            self._c_local[cls] = 0
+            self._local_of[cls] = 0
+            self._l_rate[lid] = 0.0
+            self._l_free.append(lid)
+            for link in self._c_links[cls]:
+                k_users[link] -= 1
+                if not k_users[link]:
+                    k = k_of[link]
+                    k_of[link] = -1
+                    self._k_glob[k] = self._n_links
+                    self._k_free.append(k)
+        self._dead.clear()
+
     # -- flow lifecycle ---------------------------------------------------
 
     def _complete(self, xfer: Transfer) -> None:
         xfer.completed = self.env.now
         self.events += 1
         xfer.succeed(self.env.now)
+
+    def _after_latency(self, event: simpy.Event) -> None:
+        self._begin(event._value)
 
     def _begin(self, xfer: Transfer) -> None:
         xfer.started = self.env.now
@@ -247,51 +394,119 @@ class Network:
             self.env.timeout(0).callbacks.append(self._flush)
 
     def _flush(self, _event: simpy.Event | None = None) -> None:
-        """Re-solve the component of every flow that started or ended now."""
+        """Give new rates to what the starts and ends of this instant disturbed."""
         self._flush_pending = False
-        now = self.env.now
-        seeds = self._dirty
-        self._dirty = []
-        if self._starting:
-            seeds.append(self._admit(self._starting))
-            self._starting = []
-        if not seeds:
+        started = self._admit(self._starting) if self._starting else []
+        self._starting = []
+        ended = self._ended
+        self._ended = []
+        if not started and not ended:
             return
-        seed = np.unique(np.concatenate(seeds))
-        change = maxmin.resolve_component(self._ent_flow, self._ent_link, seed, self.bandwidth, len(self._xfer))
-        flows, links = change.flows, change.links
-
-        # Lazy progress: the old rates held from t_last until now.
-        sent = (now - self._t_last[flows]) * self._rate[flows]
-        self._remaining[flows] = np.maximum(self._remaining[flows] - sent, 0.0)
-        self._t_last[flows] = now
-        self._integrate_links(links)
-
-        if flows.size:
-            self.resolves += 1
-            self.resolved_flows += flows.size
-        self._rate[flows] = change.rates
-        self._t_finish[flows] = now + self._remaining[flows] / change.rates
-        self._link_rate[links] = change.link_rates
+        count, c_links, c_mult = self._count, self._c_links, self._c_mult
+        alone = all(
+            c_mult[cls] == 1 and all(count[link] == 1 for link in c_links[cls]) for _slot, cls in started
+        ) and all(not any(count[link] for link in c_links[cls]) for cls in ended)
+        if alone:
+            self._flush_alone(started, set(ended))
+        else:
+            self._resolve(started)
         self._arm()
 
-    def _admit(self, started: list[Transfer]) -> np.ndarray:
-        """Give each started transfer a slot and its incidence entries; its links."""
-        slots = [self._alloc() for _ in started]
-        for slot, xfer in zip(slots, started):
+    def _admit(self, starting: list[Transfer]) -> list[tuple[int, int]]:
+        """Give each started transfer a slot and count it on its links; ``[(slot, class)]``."""
+        now = self.env.now
+        count, c_links, c_mult, c_local = self._count, self._c_links, self._c_mult, self._c_local
+        admitted = []
+        for xfer in starting:
+            slot = self._alloc()
+            cls = xfer._cls
             self._xfer[slot] = xfer
-        slot_arr = np.array(slots, dtype=np.intp)
-        new_links = np.concatenate([x.route.links for x in started])
-        new_flows = np.repeat(slot_arr, [x.route.links.size for x in started])
-        self._ent_flow = np.concatenate([self._ent_flow, new_flows])
-        self._ent_link = np.concatenate([self._ent_link, new_links])
-        nbytes = np.array([float(x.nbytes) for x in started])
-        self._nbytes[slot_arr] = nbytes
-        self._remaining[slot_arr] = nbytes
-        self._rate[slot_arr] = 0.0
-        self._t_last[slot_arr] = self.env.now
-        self.events += len(started)
-        return new_links
+            nbytes = float(xfer.nbytes)
+            self._nbytes[slot] = nbytes
+            self._tol[slot] = COMPLETION_RTOL * nbytes
+            self._remaining[slot] = nbytes
+            self._rate[slot] = 0.0
+            self._t_last[slot] = now
+            self._slot_cls[slot] = cls
+            for link in c_links[cls]:
+                count[link] += 1
+            c_mult[cls] += 1
+            lid = c_local[cls]
+            if lid:
+                self._l_mult[lid] = c_mult[cls]
+                if c_mult[cls] == 1:
+                    self._dead.discard(lid)
+            elif c_mult[cls] == 1:
+                self._unlisted.add(cls)
+            admitted.append((slot, cls))
+        self.events += len(starting)
+        return admitted
+
+    def _flush_alone(self, started: list[tuple[int, int]], ended: set[int]) -> None:
+        """Every start is alone on its links and every end leaves its links empty."""
+        now = self.env.now
+        for cls in ended:
+            links = self._c_route[cls].links
+            self._integrate_links(links)
+            self._link_rate[links] = 0.0
+        for slot, cls in started:
+            rate = self._c_solo[cls]
+            self._rate[slot] = rate
+            self._t_finish[slot] = now + self._remaining[slot] / rate
+            lid = self._c_local[cls]
+            if lid:
+                self._l_rate[lid] = rate
+            links = self._c_route[cls].links
+            self._link_t[links] = now  # idle until now: nothing to integrate
+            self._link_rate[links] = rate
+        if started:
+            self.resolves += 1
+            self.resolved_flows += len(started)
+
+    def _resolve(self, started: list[tuple[int, int]]) -> None:
+        """Re-solve every active class; re-rate the flows whose class rate changed."""
+        now = self.env.now
+        if self._unlisted:
+            self._list(self._unlisted)
+            self._unlisted = set()
+        n_l = self._n_l
+        l_mult = self._l_mult[:n_l]
+        ent_c, ent_k = self._ent_c, self._ent_k
+        if self._dead:
+            live = l_mult[ent_c] > 0
+            ent_c, ent_k = ent_c[live], ent_k[live]
+        solved = maxmin.max_min_rates(ent_c, ent_k, self._k_cap[: self._n_k], n_l, weights=l_mult)
+        new = np.where(l_mult > 0, solved, 0.0)
+        changed = new != self._l_rate[:n_l]
+        self._l_rate[:n_l] = new
+
+        # Flows: advance the ones whose rate changes (and the new ones, at rate 0 so far).
+        local = self._local_of[self._slot_cls]
+        mark = changed[local]
+        for slot, _cls in started:
+            mark[slot] = True
+        flows = np.flatnonzero(mark)
+        if flows.size:
+            rem = self._remaining[flows] - (now - self._t_last[flows]) * self._rate[flows]
+            np.maximum(rem, 0.0, out=rem)
+            rate = new[local[flows]]
+            self._remaining[flows] = rem
+            self._t_last[flows] = now
+            self._rate[flows] = rate
+            self._t_finish[flows] = now + rem / rate
+            self.resolves += 1
+            self.resolved_flows += flows.size
+
+        # Links: integrate and re-rate those whose total changed (emptied ones included).
+        link_rate = np.bincount(self._ent_k, weights=(new * l_mult)[self._ent_c], minlength=self._n_k)
+        glob = self._k_glob[: self._n_k]
+        diff = np.flatnonzero(link_rate != self._link_rate[glob])
+        if diff.size:
+            links = glob[diff]
+            self._integrate_links(links)
+            self._link_rate[links] = link_rate[diff]
+        if self._dead:
+            self._compact()
 
     def _alloc(self) -> int:
         if not self._free:
@@ -299,9 +514,10 @@ class Network:
             new = max(8, 2 * old)
             self._xfer += [None] * (new - old)
             self._free = list(range(new - 1, old - 1, -1))
-            for name in ("_rate", "_remaining", "_nbytes", "_t_last"):
-                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(new - old)]))
-            self._t_finish = np.concatenate([self._t_finish, np.full(new - old, np.inf)])
+            for name in ("_rate", "_remaining", "_nbytes", "_tol", "_t_last"):
+                setattr(self, name, _grown(getattr(self, name), new, 0.0))
+            self._t_finish = _grown(self._t_finish, new, math.inf)
+            self._slot_cls = _grown(self._slot_cls, new, 0)
         return self._free.pop()
 
     def _arm(self) -> None:
@@ -314,32 +530,43 @@ class Network:
             self._armed_at = None
             return
         self._armed_at = t_next
-        epoch = self._epoch
-        timer = self.env.timeout(max(t_next - self.env.now, 0.0))
-        timer.callbacks.append(lambda _ev: self._on_timer(epoch))
+        timer = self.env.timeout(max(t_next - self.env.now, 0.0), self._epoch)
+        timer.callbacks.append(self._on_timer)
 
-    def _on_timer(self, epoch: int) -> None:
-        if epoch != self._epoch:
+    def _on_timer(self, timer: simpy.Event) -> None:
+        if timer._value != self._epoch:
             return  # stale: rates changed after this timer was armed
         self._armed_at = None
         now = self.env.now
+        t_finish = self._t_finish
         left = self._remaining - (now - self._t_last) * self._rate
-        done = (self._t_finish <= now) | (np.isfinite(self._t_finish) & (left <= COMPLETION_RTOL * self._nbytes))
-        slots = np.flatnonzero(done)
-        if not slots.size:
+        done = (t_finish <= now) | (np.isfinite(t_finish) & (left <= self._tol))
+        slots = np.flatnonzero(done).tolist()
+        if not slots:
             self._arm()
             return
-        gone = done[self._ent_flow]
-        self._dirty.append(self._ent_link[gone])
-        self._ent_flow = self._ent_flow[~gone]
-        self._ent_link = self._ent_link[~gone]
-        self._t_finish[slots] = np.inf
-        self._rate[slots] = 0.0
-        self._remaining[slots] = 0.0
-        finished = [self._xfer[i] for i in slots]
-        for i in slots:
-            self._xfer[i] = None
-        self._free.extend(int(i) for i in slots[::-1])
+        count, c_links, c_mult, c_local = self._count, self._c_links, self._c_mult, self._c_local
+        finished = []
+        for slot in slots:
+            cls = int(self._slot_cls[slot])
+            for link in c_links[cls]:
+                count[link] -= 1
+            c_mult[cls] -= 1
+            lid = c_local[cls]
+            if lid:
+                self._l_mult[lid] = c_mult[cls]
+                if not c_mult[cls]:
+                    self._dead.add(lid)
+            elif not c_mult[cls]:
+                self._unlisted.discard(cls)
+            self._ended.append(cls)
+            t_finish[slot] = math.inf
+            self._rate[slot] = 0.0
+            self._remaining[slot] = 0.0
+            self._slot_cls[slot] = 0
+            finished.append(self._xfer[slot])
+            self._xfer[slot] = None
+        self._free.extend(reversed(slots))
         for xfer in finished:
             self._complete(xfer)
         self._schedule_flush()

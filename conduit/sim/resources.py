@@ -22,15 +22,49 @@ from conduit.errors import ConduitError
 from conduit.topology import Topology
 
 
+class _FifoServer:
+    """``capacity`` identical servers with one FIFO queue: SimPy's ``Resource`` semantics, lighter.
+
+    Work that finds a free server starts at once and costs one timeout event; a ``Resource``
+    request/release pair costs a request event, a release event and the bookkeeping of both. Work
+    that finds every server busy waits in FIFO order; a finishing piece of work hands its server to
+    the head of the queue, as ``Resource.release`` does, and the waiter starts at the same instant.
+    Work is never interrupted (nothing in the simulator interrupts a process).
+    """
+
+    __slots__ = ("env", "capacity", "busy", "queue")
+
+    def __init__(self, env: simpy.Environment, capacity: int):
+        self.env = env
+        self.capacity = capacity
+        self.busy = 0  # servers taken (running or just handed to a waiter)
+        self.queue: deque[simpy.Event] = deque()
+
+    def hold(self, seconds: float) -> Generator[Any, Any, None]:
+        """Take a server (waiting FIFO if all are busy), keep it ``seconds``, hand it on."""
+        env = self.env
+        if self.busy < self.capacity:
+            self.busy += 1
+        else:
+            turn = env.event()
+            self.queue.append(turn)
+            yield turn  # the server is handed over with the event: busy is unchanged
+        yield env.timeout(seconds)
+        if self.queue:
+            self.queue.popleft().succeed()
+        else:
+            self.busy -= 1
+
+
 class CpuPool:
-    """The cores of one node as a SimPy resource, with busy-time accounting."""
+    """The cores of one node: FIFO servers, with busy-time accounting."""
 
     def __init__(self, env: simpy.Environment, node: str, cores: int, speed: float = 1.0):
         self.env = env
         self.node = node
         self.cores = cores
         self.speed = speed
-        self._resource = simpy.Resource(env, capacity=cores)
+        self._server = _FifoServer(env, cores)
         self.busy_core_seconds = 0.0
 
     def work(self, core_seconds: float) -> Generator[Any, Any, None]:
@@ -38,9 +72,7 @@ class CpuPool:
         if core_seconds <= 0:
             return
         seconds = core_seconds / self.speed
-        with self._resource.request() as req:
-            yield req
-            yield self.env.timeout(seconds)
+        yield from self._server.hold(seconds)
         self.busy_core_seconds += seconds
 
 
@@ -50,15 +82,13 @@ class ComputeEngine:
     def __init__(self, env: simpy.Environment, device: str):
         self.env = env
         self.device = device
-        self._resource = simpy.Resource(env, capacity=1)
+        self._server = _FifoServer(env, 1)
         self.busy_seconds = 0.0
 
     def run(self, seconds: float) -> Generator[Any, Any, None]:
         if seconds <= 0:
             return
-        with self._resource.request() as req:
-            yield req
-            yield self.env.timeout(seconds)
+        yield from self._server.hold(seconds)
         self.busy_seconds += seconds
 
 
@@ -76,6 +106,13 @@ class TierLedger:
         self.peak = dict.fromkeys(self.capacity, 0.0)
         self._waiters: dict[str, deque[tuple[float, simpy.Event]]] = {}
         self.trace: list[tuple[float, str, float]] = []
+        # What reserve() returns when the bytes fit at once: an event already processed, so a
+        # process that yields it goes on in the same step (no zero-delay event, no queueing
+        # behind the rest of the instant).
+        self._granted = simpy.Event(env)
+        self._granted._ok = True
+        self._granted._value = None
+        self._granted.callbacks = None
 
     def fits(self, tier: str, nbytes: float) -> bool:
         return self.used[tier] + nbytes <= self.capacity[tier]
@@ -87,14 +124,16 @@ class TierLedger:
         return True
 
     def reserve(self, tier: str, nbytes: float) -> simpy.Event:
-        """An event that succeeds once ``nbytes`` are reserved in ``tier`` (maybe after waiting)."""
+        """An event that succeeds once ``nbytes`` are reserved in ``tier`` (maybe after waiting).
+
+        When they fit at once the event is already processed (shared, do not add callbacks): a
+        process yielding it continues immediately."""
         if nbytes > self.capacity[tier]:
             raise CapacityError(f"{nbytes:.0f} bytes can never fit tier {tier!r} ({self.capacity[tier]:.0f} bytes)")
-        event = self.env.event()
         if self.try_reserve(tier, nbytes):
-            event.succeed()
-        else:
-            self._waiters.setdefault(tier, deque()).append((nbytes, event))
+            return self._granted
+        event = self.env.event()
+        self._waiters.setdefault(tier, deque()).append((nbytes, event))
         return event
 
     def release(self, tier: str, nbytes: float) -> None:

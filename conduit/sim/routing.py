@@ -8,22 +8,40 @@ flow solver and the link statistics use these indices.
 
 A transfer from ``src`` to ``dst`` follows a path with the fewest hops. Where
 several such paths exist (equal-cost multi-path, ECMP), the walk from ``src``
-picks the next hop at each node among the neighbours one hop closer to ``dst``
-by hashing ``(src, dst, current node)`` with CRC-32 — a stable hash, so the same
-graph routes the same way in every process, whatever ``PYTHONHASHSEED`` is.
-Candidates are ordered by ``repr(node)`` before hashing, so the choice depends
-only on the node names, not on the order the graph was built in; node names
-should therefore have a stable ``repr`` (strings, ints, tuples of those). Every
-pair of endpoints has a single route; routes are cached.
+picks the next hop at each node among the neighbours one hop closer to ``dst``:
+
+1. *widest first*: only the neighbours through which the widest bottleneck is
+   still reachable are candidates. ``width[v]``, the largest bottleneck
+   bandwidth of any hop-shortest path from ``v`` to ``dst``, is a dynamic
+   programme over the BFS DAG towards ``dst``: ``width[dst] = inf`` and
+   ``width[v] = max(min(bandwidth(v, n), width[n]))`` over the neighbours ``n``
+   one hop closer. So the route is always a hop-count shortest path whose
+   slowest link is as fast as possible (the path
+   :meth:`conduit.topology.Topology.widest_shortest_path` measures): two GPUs
+   behind one PCIe switch that also share an NVSwitch talk over NVLink, not
+   over the switch. Edges without a numeric ``bandwidth`` count as infinitely
+   wide (the network itself rejects them).
+2. *ECMP among equals*: where several candidates lead to the same width, the
+   pick hashes ``(src, dst, current node)`` with CRC-32 — a stable hash, so the
+   same graph routes the same way in every process, whatever
+   ``PYTHONHASHSEED`` is. Candidates are ordered by ``repr(node)`` before
+   hashing, so the choice depends only on the node names, not on the order the
+   graph was built in; node names should therefore have a stable ``repr``
+   (strings, ints, tuples of those).
+
+Every pair of endpoints has a single route; routes are cached.
 
 Distances are one breadth-first search per destination (run by
-:mod:`scipy.sparse.csgraph`, depths by pointer jumping in NumPy), cached, so routing on a fat tree of thousands of
-nodes costs one C-level BFS per distinct destination plus a few array
-operations per hop.
+:mod:`scipy.sparse.csgraph`, depths by pointer jumping in NumPy) and widths one
+vectorised pass per BFS layer, both cached, so routing on a fat tree of
+thousands of nodes costs one C-level BFS per distinct destination plus a few
+array operations per layer and per hop.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import zlib
 from collections.abc import Hashable
 from typing import NamedTuple
@@ -66,10 +84,18 @@ class Router:
         for u, v in self.edges:
             self.links += [(u, v), (v, u)]
         self._link_index = {link: i for i, link in enumerate(self.links)}
+        width = []
+        for u, v in self.edges:
+            bw = graph.edges[u, v].get("bandwidth")
+            ok = isinstance(bw, numbers.Real) and not isinstance(bw, bool) and not math.isnan(bw)
+            width += [float(bw) if ok else math.inf] * 2
+        #: Per directed link: the bandwidth the widest-path choice compares (inf when unknown).
+        self._width = np.array(width, dtype=np.float64)
 
         n = len(self.nodes)
         tails = np.array([self._index[u] for u, _ in self.links], dtype=np.intp)
         heads = np.array([self._index[v] for _, v in self.links], dtype=np.intp)
+        self._tails, self._heads = tails, heads
         order = np.lexsort((heads, tails))
         self._nbr = heads[order]  # CSR adjacency: neighbours of node i ...
         self._nbr_link = order.astype(np.intp)  # ... and the directed link to each
@@ -79,6 +105,7 @@ class Router:
         self._rank = np.empty(n, dtype=np.intp)
         self._rank[ranks] = np.arange(n)
         self._dist: dict[int, np.ndarray] = {}
+        self._widths: dict[int, np.ndarray] = {}
         self._routes: dict[tuple[Node, Node], Route] = {}
 
     def __contains__(self, node: object) -> bool:
@@ -124,6 +151,30 @@ class Router:
             dist = self._dist[dst] = np.where(reached, hops, -1).astype(np.int32)
         return dist
 
+    def _bottlenecks(self, dst: int) -> np.ndarray:
+        """``width[v]``: the widest bottleneck of a hop-shortest path from ``v`` to ``dst``.
+
+        One pass per BFS layer, nearest first: every DAG link ``v -> n`` (``n`` one
+        hop closer to ``dst``) offers ``min(bandwidth, width[n])`` to ``v``.
+        Unreachable nodes get ``-inf``.
+        """
+        width = self._widths.get(dst)
+        if width is None:
+            dist = self._distances(dst)
+            width = np.full(dist.size, -math.inf)
+            width[dst] = math.inf
+            if self._tails.size:
+                dt, dh = dist[self._tails], dist[self._heads]
+                dag = np.flatnonzero((dh >= 0) & (dt == dh + 1))
+                dag = dag[np.argsort(dt[dag], kind="stable")]
+                layer = dt[dag]
+                bounds = np.searchsorted(layer, np.arange(1, int(layer[-1]) + 2)) if dag.size else [0]
+                for lo, hi in zip(bounds[:-1], bounds[1:]):
+                    e = dag[lo:hi]
+                    np.maximum.at(width, self._tails[e], np.minimum(self._width[e], width[self._heads[e]]))
+            self._widths[dst] = width
+        return width
+
     def _walk(self, src: Node, dst: Node) -> Route:
         for name, node in (("src", src), ("dst", dst)):
             if node not in self:
@@ -132,12 +183,18 @@ class Router:
         dist = self._distances(d)
         if dist[s] < 0:
             raise ConduitError(f"no path from {src!r} to {dst!r}")
+        width = None
         nodes, links = [s], []
         cur = s
         while cur != d:
             lo, hi = self._indptr[cur], self._indptr[cur + 1]
             nbrs = self._nbr[lo:hi]
             closer = np.flatnonzero(dist[nbrs] == dist[cur] - 1)
+            if closer.size > 1:  # widest first, then ECMP among the equally wide
+                if width is None:
+                    width = self._bottlenecks(d)
+                offer = np.minimum(self._width[self._nbr_link[lo + closer]], width[nbrs[closer]])
+                closer = closer[offer == offer.max()]
             if closer.size > 1:
                 closer = closer[np.argsort(self._rank[nbrs[closer]], kind="stable")]
                 salt = repr((src, dst, self.nodes[cur])).encode("utf-8")

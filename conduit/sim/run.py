@@ -23,7 +23,12 @@ DEFAULT_POLICY = "rllib-stock"
 
 def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iterations: int = 10, seed: int = 0,
              params: dict | None = None, progress=None):
-    """Run one simulation; every argument may be a name, a path or an object."""
+    """Run one simulation; every argument may be a name, a path or an object.
+
+    ``policy="janus-best"`` is resolved here: :func:`conduit.sim.search.janus_best` searches the Janus
+    configurations for this workload and topology with the same seed and ``min(iterations, 20)``
+    iterations (cached in-process), then the winner runs for ``iterations``; the result's policy is
+    named ``janus-best=<winning configuration>``."""
     from conduit.registry import create_policy
     from conduit.sim.engine import Simulation
     from conduit.sim.workload import load_workload
@@ -31,7 +36,14 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
 
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     wl = load_workload(workload)
-    pol = create_policy(policy, **(params or {}))
+    if isinstance(policy, str) and policy == "janus-best":
+        from conduit.sim.search import janus_best, search_iterations
+
+        if params:
+            raise ConduitError(f"policy 'janus-best' takes no parameters (it searches them); got {sorted(params)}")
+        pol, _ = janus_best(topo, wl, iterations=search_iterations(iterations), seed=seed, progress=progress)
+    else:
+        pol = create_policy(policy, **(params or {}))
     return Simulation(topo, wl, pol, iterations=iterations, seed=seed, progress=progress).run()
 
 

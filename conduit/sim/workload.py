@@ -7,7 +7,9 @@ A :class:`Workload` describes one algorithm's loop in the terms the simulator ex
   vectorised ``EnvRunner``; the issue's "actors per GPU"): one vector step costs ``env_step_time``
   (lognormal with coefficient of variation ``env_step_cv``) plus ``inference_time``. A **chunk** is
   ``fragment_length`` vector steps, i.e. ``fragment_length * envs_per_runner`` samples of
-  ``bytes_per_step`` bytes, holding ``steps / episode_length`` episodes (what pickling pays for).
+  ``bytes_per_step`` bytes, holding ``steps / episode_length`` episodes (what pickling pays for)
+  and ``steps / steps_per_row`` rows (what per-row batch building pays for: a row is a step for
+  control tasks, a whole token sequence for LLM post-training).
 * **Learners.** One per GPU (or ``learners`` of them). An update costs ``update_time_per_sample``
   per sample per epoch on the learner's device; PPO's GAE value pass (or GRPO's reference log-prob
   pass) costs ``value_pass_per_sample`` per sample; a weight broadcast costs ``weight_sync_time``.
@@ -59,6 +61,7 @@ class Workload:
     fragment_length: int = 128
     bytes_per_step: float = ATARI_STEP_BYTES
     episode_length: float = 1000.0
+    steps_per_row: float = 1.0
     # learners
     learners: int | None = None
     local_learner: bool = False
@@ -93,12 +96,17 @@ class Workload:
     def chunk_episodes(self) -> float:
         return max(1.0, self.chunk_steps / self.episode_length)
 
-    def contract(self):
+    def contract(self, runners: int = 1):
+        """The data contract this workload declares. For replay, the rate band must hold one round
+        of inserts from every runner (``runners`` chunks arrive between two sampling phases of a
+        training step), so its half-width is ``max(1, ratio) * max(min_size, runners * chunk_steps)``."""
         if self.algorithm == "ppo":
             return OnPolicy()
         if self.algorithm == "appo":
             return BoundedStaleness(max_lag=self.max_lag, max_reuse=self.max_reuse)
-        return Replay(capacity=self.replay_capacity, replay_ratio=self.replay_ratio, min_size=self.min_size)
+        band = max(1.0, self.replay_ratio) * max(self.min_size, runners * self.chunk_steps, 1)
+        return Replay(capacity=self.replay_capacity, replay_ratio=self.replay_ratio, min_size=self.min_size,
+                      error_buffer=band)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,6 +249,7 @@ PRESETS: dict[str, Workload] = {
         env_step_cv=0.0,
         inference_time=30e-3,
         episode_length=8192,
+        steps_per_row=8192,
         train_batch_per_learner=128 * 8192,
         update_time_per_sample=2e-6,
         value_pass_per_sample=0.7e-6,

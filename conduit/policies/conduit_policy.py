@@ -1,0 +1,210 @@
+"""Conduit's own policy: bandwidth- and capacity-aware placement, latency-aware scheduling.
+
+**Placement** (:class:`BandwidthAwarePlacement`). For a chunk produced on node *P* for a learner on
+device *D* (node *L*), every tier that could hold it is a candidate: *D*'s HBM, the HBM of *D*'s peers
+on *L* (reached over NVLink when *D* is full), pinned and pageable host memory on *L*, pinned memory
+on *P*, NVMe on *L*. The predicted **time-to-ready** of a candidate is the copy from the producer's
+staging slot into it plus the copy from it into *D* (``ClusterView.transfer_time``: path latency,
+the share of the path's bottleneck a new flow would get under the current load, tier media speeds,
+copy launch overheads). Candidates that do not fit, or would eat into the ``headroom`` kept free on a
+tier for the working set, are infeasible; the cheapest feasible one wins. This is the greedy form of
+a small min-cost assignment — :func:`assign_optimal` solves the batch version exactly with
+``scipy.optimize.milp`` (capacities coupled across chunks), and :func:`greedy_gap` measures how far
+the greedy answer is from it.
+
+Under capacity pressure :meth:`BandwidthAwarePlacement.spill` moves the oldest residents of a full
+tier one level down (HBM -> pinned -> pageable -> NVMe), so a replay table larger than HBM keeps a hot
+set on the GPU; sampling still follows the contract, not the tier (the plane samples across tiers).
+
+**Scheduling** (:class:`DeadlineScheduler`). Each learner's next need time comes from the view (an
+online model of its update cadence). Pending moves start now, earliest deadline first, bounded per
+learner by ``depth`` batches of bytes and by the destination's free HBM, so prefetch never breaks a
+capacity and never runs ahead of the contract (the plane only offers moves the contract admits).
+
+**Path.** Direct from producer to placement, never through a driver; the learner connector's work
+(batch building, to-tensor, PPO's value pass) runs per chunk as chunks arrive — the contracts allow
+it (PPO's value function of version *k* is fixed while *k* samples) — pinned copies, streaming during
+sampling, the next batch prepared during the update, and fragments handed over in pieces of at most
+``target_chunk_bytes`` so the last piece of an iteration has little left to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from conduit.policies.components import EarliestDeadlineFirst
+from conduit.policy import ChunkInfo, InvalidDecision, Move, Param, PathSettings, Placement, Policy
+from conduit.topology.model import TierKind
+from conduit.view import ClusterView, TierState
+
+SPILL_ORDER = (TierKind.HBM, TierKind.PINNED, TierKind.PAGEABLE, TierKind.NVME)
+
+
+@dataclass
+class BandwidthAwarePlacement:
+    """Greedy minimum time-to-ready placement under capacity (see the module docstring)."""
+
+    headroom: float = 0.05
+    peers: bool = True
+    name: str = "bandwidth-aware"
+
+    def candidates(self, chunk: ChunkInfo, view: ClusterView, nbytes: float | None = None) -> list[TierState]:
+        """Tiers worth pricing, nearest first. Peers' HBM only when the consumer's own HBM has no
+        room, NVMe only when no memory tier has: a slower tier never wins while a faster one
+        fits, so pricing it would only cost decision time."""
+        learner = view.learners.get(chunk.consumer) if chunk.consumer is not None else None
+        node = learner.node if learner is not None else chunk.node
+        need = chunk.nbytes if nbytes is None else nbytes
+        own = view.hbm_of(learner.device) if learner is not None else None
+        out: list[TierState] = [view.tiers[own]] if own is not None else []
+        if self.peers and not (out and self.feasible(out[0], need)):
+            out.extend(t for t in view.tiers_on(node, TierKind.HBM) if t.id != own)
+        out.extend(view.tiers_on(node, TierKind.PINNED))
+        out.extend(view.tiers_on(node, TierKind.PAGEABLE))
+        if chunk.node != node:
+            out.extend(view.tiers_on(chunk.node, TierKind.PINNED))
+        if not any(self.feasible(t, need) for t in out):
+            out.extend(view.tiers_on(node, TierKind.NVME))
+        return out
+
+    def cost(self, chunk: ChunkInfo, tier: TierState, view: ClusterView) -> float:
+        """Predicted seconds from the producer's staging slot to the consumer's device, via ``tier``."""
+        source = _staging_tier(chunk, view)
+        first = view.transfer_time(source, tier.id, chunk.nbytes) if source is not None else 0.0
+        second = view.time_to_ready(tier.id, chunk.consumer, chunk.nbytes) if chunk.consumer is not None else 0.0
+        return first + second
+
+    def feasible(self, tier: TierState, nbytes: float) -> bool:
+        return tier.used + nbytes <= tier.capacity * (1.0 - self.headroom)
+
+    def place(self, chunk: ChunkInfo, view: ClusterView) -> Placement:
+        best, best_cost = None, float("inf")
+        for tier in self.candidates(chunk, view):
+            if not self.feasible(tier, chunk.nbytes):
+                continue
+            cost = self.cost(chunk, tier, view)
+            if cost < best_cost:
+                best, best_cost = tier, cost
+        if best is None:
+            raise InvalidDecision(self.name, chunk, "no candidate tier has room")
+        return Placement(best.id)
+
+    def spill(self, tier: str, nbytes: float, view: ClusterView) -> Sequence[Move]:
+        state = view.tiers[tier]
+        lower = SPILL_ORDER[SPILL_ORDER.index(state.kind) + 1:] if state.kind in SPILL_ORDER else ()
+        room = {t.id: t.free for kind in lower for t in view.tiers_on(state.node, kind)}
+        moves, freed = [], 0.0
+        for chunk_id, size in view.residents(tier):
+            if freed >= nbytes:
+                break
+            dst = next((t for t, free in room.items() if free >= size), None)
+            if dst is None:
+                break
+            room[dst] -= size
+            freed += size
+            moves.append(Move(chunk_id, dst))
+        return moves
+
+
+@dataclass
+class DeadlineScheduler(EarliestDeadlineFirst):
+    """Earliest-deadline-first prefetch from the view's need-time predictions."""
+
+    name: str = "deadline"
+
+
+def _staging_tier(chunk: ChunkInfo, view: ClusterView) -> str | None:
+    pinned = view.tiers_on(chunk.node, TierKind.PINNED)
+    if pinned:
+        return pinned[0].id
+    pageable = view.tiers_on(chunk.node, TierKind.PAGEABLE)
+    return pageable[0].id if pageable else None
+
+
+def assign_optimal(chunks: Sequence[ChunkInfo], view: ClusterView, placement: BandwidthAwarePlacement):
+    """Exact min-cost placement of a batch of chunks with coupled tier capacities (MILP).
+
+    Variables ``x[c, t]`` in {0, 1}; minimise the summed time-to-ready subject to every chunk placed
+    once and, per tier, the placed bytes within its usable room. Returns (tier ids per chunk, total
+    cost), or raises :class:`InvalidDecision` when no assignment exists.
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    tiers: list[TierState] = []
+    seen: set[str] = set()
+    for chunk in chunks:
+        for tier in placement.candidates(chunk, view):
+            if tier.id not in seen:
+                seen.add(tier.id)
+                tiers.append(tier)
+    n_c, n_t = len(chunks), len(tiers)
+    big = 1e9
+    cost = np.full((n_c, n_t), big)
+    allowed = {(c, t.id) for c, chunk in enumerate(chunks) for t in placement.candidates(chunk, view)}
+    for c, chunk in enumerate(chunks):
+        for t, tier in enumerate(tiers):
+            if (c, tier.id) in allowed:
+                cost[c, t] = placement.cost(chunk, tier, view)
+    one_each = np.zeros((n_c, n_c * n_t))
+    for c in range(n_c):
+        one_each[c, c * n_t:(c + 1) * n_t] = 1.0
+    room = np.zeros((n_t, n_c * n_t))
+    for t in range(n_t):
+        for c, chunk in enumerate(chunks):
+            room[t, c * n_t + t] = chunk.nbytes
+    room_limit = np.array([max(0.0, t.capacity * (1 - placement.headroom) - t.used) for t in tiers])
+    upper = np.array([[0.0 if cost[c, t] >= big else 1.0 for t in range(n_t)] for c in range(n_c)]).ravel()
+    result = milp(
+        c=np.where(cost >= big, 0.0, cost).ravel(),
+        constraints=[LinearConstraint(one_each, 1, 1), LinearConstraint(room, 0, room_limit)],
+        integrality=np.ones(n_c * n_t),
+        bounds=Bounds(0, upper),
+    )
+    if not result.success:
+        raise InvalidDecision(placement.name, [c.chunk_id for c in chunks], f"no feasible assignment: {result.message}")
+    x = result.x.reshape(n_c, n_t)
+    chosen = [tiers[int(np.argmax(x[c]))].id for c in range(n_c)]
+    return chosen, float(result.fun)
+
+
+def greedy_gap(chunks: Sequence[ChunkInfo], view, placement: BandwidthAwarePlacement) -> tuple[float, float]:
+    """(greedy total cost, optimal total cost) for placing ``chunks`` in order against a view whose
+    occupancy the greedy pass updates as it goes (``view`` must be a StaticClusterView)."""
+    from dataclasses import replace
+
+    total = 0.0
+    saved = dict(view.tier_states)
+    try:
+        for chunk in chunks:
+            tier = view.tier_states[placement.place(chunk, view).tier]
+            total += placement.cost(chunk, tier, view)
+            view.tier_states[tier.id] = replace(tier, used=tier.used + chunk.nbytes)
+    finally:
+        view.tier_states.clear()
+        view.tier_states.update(saved)
+    _, optimum = assign_optimal(chunks, view, placement)
+    return total, optimum
+
+
+def conduit(target_chunk_bytes: float = 8e6, depth: int = 2, granularity: int = 1, headroom: float = 0.05) -> Policy:
+    """Conduit: bandwidth/capacity-aware placement, deadline scheduling, per-chunk batch building."""
+    return Policy(
+        name="conduit",
+        placement=BandwidthAwarePlacement(headroom=headroom),
+        scheduling=DeadlineScheduler(depth=depth),
+        path=PathSettings(route="direct", batch_build="per-chunk", pinned=True, granularity=granularity,
+                          overlap_collection=True, overlap_update=True, prefetch_depth=depth,
+                          target_chunk_bytes=float(target_chunk_bytes)),
+        params={"target_chunk_bytes": target_chunk_bytes, "depth": depth, "granularity": granularity,
+                "headroom": headroom},
+        space=(
+            Param("target_chunk_bytes", low=1e6, high=64e6, log=True),
+            Param("depth", low=1, high=4, integer=True),
+            Param("granularity", low=1, high=8, integer=True, log=True),
+            Param("headroom", low=0.0, high=0.3),
+        ),
+        summary="bandwidth/capacity-aware placement, deadline prefetch, per-chunk batch building",
+    )
