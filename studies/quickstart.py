@@ -25,7 +25,7 @@ WORKLOADS = {"ppo": 6, "appo": 60, "dqn": 300}  # iterations: enough updates for
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default=DEFAULT_TOPOLOGY)
-    parser.add_argument("--policies", nargs="+", default=["rllib-stock", "host-only", "all-gpu"])
+    parser.add_argument("--policies", nargs="+", default=["rllib-stock", "janus-best", "conduit"])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--seed", type=int, default=0)

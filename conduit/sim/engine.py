@@ -174,20 +174,31 @@ class Simulation:
         if src != dst and nbytes > 0:
             yield self.network.transfer(src, dst, nbytes)
 
-    def copy_to_device(self, learner: LearnerRole, nbytes: float, pinned: bool, src_memory: str | None = None) -> Generator:
-        """Host memory -> the learner's device. Pageable copies are staged through a bounce buffer
-        (a CPU memcpy at the node's ``pageable_copy_bandwidth``) before the DMA; every copy pays the
-        GPU's launch overhead. A CPU learner's device memory is host memory: nothing to do."""
+    def staging_bandwidth(self, memory: str) -> float:
+        """Speed of the CPU memcpy through a pinned bounce buffer that a pageable copy pays."""
+        mem = self.topology.devices[memory]
+        return mem.get("pageable_copy_bandwidth") or DEFAULT_PAGEABLE_COPY_FRACTION * mem.get("bandwidth", 40e9)
+
+    def copy_to_device(self, learner: LearnerRole, nbytes: float, pinned: bool, src_device: str | None = None) -> Generator:
+        """A copy into the learner's device from host memory (default: its node's), NVMe or a peer GPU.
+
+        Pageable host copies are staged through a bounce buffer (a CPU memcpy) before the DMA; every
+        copy pays the GPU's launch overhead; an NVMe source is also held to its media read speed. A
+        CPU learner's device memory is host memory: nothing to do."""
         if learner.hbm is None:
             return
         gpu = self.topology.devices[learner.device]
         yield self.env.timeout(gpu.get("copy_launch_overhead", 10e-6))
-        memory = src_memory or learner.memory
-        if not pinned:
-            mem = self.topology.devices[memory]
-            staging = mem.get("pageable_copy_bandwidth") or DEFAULT_PAGEABLE_COPY_FRACTION * mem.get("bandwidth", 40e9)
-            yield from self.cpu(learner.node, nbytes / staging)
-        yield from self.transfer(memory, learner.device, nbytes)
+        source = src_device or learner.memory
+        kind = self.topology.devices[source].kind
+        if kind == "memory" and not pinned:
+            yield from self.cpu(learner.node, nbytes / self.staging_bandwidth(source))
+        start = self.env.now
+        yield from self.transfer(source, learner.device, nbytes)
+        if kind == "nvme":
+            media = nbytes / self.topology.devices[source].get("read_bandwidth", 3e9)
+            if self.env.now - start < media:
+                yield self.env.timeout(media - (self.env.now - start))
 
     def sample_time(self, vector_steps: int) -> float:
         w = self.workload
@@ -455,26 +466,27 @@ class Simulation:
             yield state.sampling_done
         nbytes = sum(c.nbytes for c, _ in group)
         samples = sum(c.steps for c, _ in group)
-        # asynchronous loops (state None) have no batch boundary to wait for: they build per chunk
-        per_chunk = self.path.batch_build == "per-chunk" or state is None
+        per_chunk = self.path.batch_build == "per-chunk"
         work = p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
         if per_chunk:
             work += self.stock.connector(samples / w.steps_per_row, nbytes)
         yield from self.cpu(runner.node, work)
         tier = self.decide_tier(group[0][0], runner, learner)
+        if not self.ledger.fits(tier, nbytes):
+            yield from self.make_room(tier, nbytes)
         for chunk, _ in group:
             yield from self.place_in(chunk.id, tier)
         tier_device = self.topology.tier(tier).device
         dst_kind = self.view.tiers[tier].kind
         if dst_kind is TierKind.HBM:
             if not self.path.pinned:
-                mem = self.topology.devices[runner.memory]
-                yield from self.cpu(runner.node, nbytes / (mem.get("pageable_copy_bandwidth") or 10e9))
+                yield from self.cpu(runner.node, nbytes / self.staging_bandwidth(runner.memory))
             gpu = self.topology.devices[tier_device]
             yield self.env.timeout(gpu.get("copy_launch_overhead", 10e-6))
         yield from self.transfer(runner.memory, tier_device, nbytes)
         if not per_chunk:  # the learner builds the batch once all of it has arrived
-            state.host_arrived(learner, [c.id for c, _ in group], nbytes, self.env.now)
+            if state is not None:
+                state.host_arrived(learner, [c.id for c, _ in group], nbytes, self.env.now)
             return
         if tier != learner.device_tier and self.workload.algorithm != "dqn":  # replay samples in place
             yield from self.scheduled_move(learner, [c.id for c, _ in group], nbytes, state)
@@ -485,6 +497,31 @@ class Simulation:
         if state is not None:
             state.chunks_ready(learner, len(group), self.env.now)
 
+    def make_room(self, tier: str, nbytes: float) -> Generator:
+        """Ask the placement policy to spill from a full tier, validate and execute its moves.
+
+        A move of a chunk that is not in the tier, to an unknown tier, or to one without room is
+        rejected (counted) and skipped; if the tier is still full the placement then waits for room."""
+        need = self.ledger.used[tier] + nbytes - self.ledger.capacity[tier]
+        try:
+            moves = list(self.policy.placement.spill(tier, need, self.view))
+        except InvalidDecision as exc:
+            self.rec.reject(str(exc))
+            return
+        for move in moves:
+            cid = move.chunk_id
+            if self._location.get(cid) != tier or move.dst_tier not in self.ledger.capacity:
+                self.rec.reject(str(InvalidDecision(self.policy.placement.name, move, "not a resident of the tier / unknown tier")))
+                continue
+            if not self.ledger.fits(move.dst_tier, self._chunks[cid].nbytes):
+                self.rec.reject(str(InvalidDecision(self.policy.placement.name, move, "over capacity")))
+                continue
+            size = self._chunks[cid].nbytes
+            yield from self.transfer(self.topology.tier(tier).device, self.topology.tier(move.dst_tier).device, size)
+            if self._location.get(cid) == tier:  # still there (not consumed meanwhile)
+                yield from self.move_to(cid, move.dst_tier)
+                self.rec.spilled += 1
+
     def scheduled_move(self, learner: LearnerRole, cids: list[int], nbytes: float, state: Any) -> Generator:
         """Wait until the scheduling policy starts the move into the learner's device, then do it."""
         if learner.hbm is None:
@@ -493,11 +530,9 @@ class Simulation:
             return
         gate = self.view.enqueue(learner, cids, nbytes)
         yield gate
-        src_memory = self.topology.tier(self._location[cids[0]]).device
-        yield from self.copy_to_device(learner, nbytes, pinned=self.path.pinned or
-                                       self.view.tiers[self._location[cids[0]]].kind is TierKind.PINNED,
-                                       src_memory=src_memory if src_memory in self.topology.devices and
-                                       self.topology.devices[src_memory].kind == "memory" else None)
+        source = self.topology.tier(self._location[cids[0]])
+        yield from self.copy_to_device(learner, nbytes, pinned=source.kind is not TierKind.PAGEABLE,
+                                       src_device=source.device)
         for cid in cids:
             yield from self.move_to(cid, learner.device_tier)
         self.view.moved(learner, cids)
@@ -577,6 +612,28 @@ class Simulation:
                     self.auditor.dropped(cid, self.env.now, "end-of-run")
                     self.release(cid)
 
+    def _build_batch_on_learner(self, lr: LearnerRole, batch: list[int]) -> Generator:
+        """Per-batch building (the framework's connector on the learner's CPU over the whole batch),
+        then one copy of whatever the placement left off the device."""
+        w, s = self.workload, self.stock
+        nbytes = len(batch) * w.chunk_bytes
+        yield from self.cpu(lr.node, s.connector(len(batch) * w.chunk_steps / w.steps_per_row, nbytes)
+                            + s.to_tensor(nbytes))
+        by_tier: dict[str, list[int]] = {}
+        for cid in batch:
+            tier = self._location.get(cid)
+            if tier is not None and tier != lr.device_tier:
+                by_tier.setdefault(tier, []).append(cid)
+        for tier, cids in sorted(by_tier.items()):
+            source = self.topology.tier(tier)
+            yield from self.copy_to_device(lr, len(cids) * w.chunk_bytes, pinned=source.kind is not TierKind.PAGEABLE,
+                                           src_device=source.device)
+            for cid in cids:
+                yield from self.move_to(cid, lr.device_tier)
+        for cid in batch:
+            if math.isnan(self.rec.chunks[cid].t_ready):
+                self.rec.chunks[cid].t_ready = self.env.now
+
     def broadcast(self, version: int) -> Generator:
         yield self.env.timeout(self.workload.weight_sync_time)
         for rid in self._runner_version:
@@ -585,6 +642,7 @@ class Simulation:
     def appo_runner(self, runner: RunnerRole, queues: dict) -> Generator:
         w = self.workload
         i = 0
+        group: list[tuple[Chunk, ChunkTrace]] = []
         while not self._stop:
             yield self.env.timeout(self.sample_time(w.fragment_length))
             if self._stop:
@@ -592,25 +650,29 @@ class Simulation:
             if self.path.route == "driver":
                 target = self.layout.learners[i % len(self.layout.learners)]
             else:
-                target = self.layout.target(runner, i)
+                target = self.layout.target(runner, i // self.path.granularity)
             i += 1
             chunk, trace = self.new_chunk(runner, target, self._runner_version[runner.id])
             queue = queues[target.id]
             if self.path.route == "driver":
                 self.env.process(self.stock_appo_path(runner, target, chunk, queue))
             else:
-                handoff = self.env.process(self._direct_then_queue(runner, target, chunk, trace, queue))
-                if not self.path.overlap_collection:  # the runner waits for its chunk to be collected
-                    yield handoff
+                group.append((chunk, trace))
+                queue.in_flight += 1  # counted from creation, so backpressure sees coalescing chunks
+                if len(group) >= self.path.granularity:
+                    handoff = self.env.process(self._direct_then_queue(runner, target, group, queue))
+                    group = []
+                    if not self.path.overlap_collection:  # the runner waits for its chunks to be collected
+                        yield handoff
             # backpressure: a runner does not outrun its learner's queue by more than max_lag batches
             while len(queue.items) + queue.in_flight > (w.max_lag + 2) * w.chunks_per_batch and not self._stop:
                 yield queue.changed()
 
-    def _direct_then_queue(self, runner, target, chunk, trace, queue) -> Generator:
-        queue.in_flight += 1
-        yield from self.direct_group(runner, target, [(chunk, trace)], None)
-        queue.in_flight -= 1
-        queue.put(chunk.id)
+    def _direct_then_queue(self, runner: RunnerRole, target: LearnerRole, group: list, queue) -> Generator:
+        yield from self.direct_group(runner, target, group, None)
+        for chunk, _ in group:
+            queue.in_flight -= 1
+            queue.put(chunk.id)
 
     def stock_appo_path(self, runner: RunnerRole, lr: LearnerRole, chunk: Chunk, queue) -> Generator:
         """ray.put on the runner; the driver polls the reference; the learner resolves it, builds and
@@ -650,6 +712,7 @@ class Simulation:
         w = self.workload
         min_version = k - w.max_lag
         batch: list[int] = []
+        waiting = False
         while len(batch) < w.chunks_per_batch:
             while queue.items and len(batch) < w.chunks_per_batch:
                 cid = queue.items.popleft()
@@ -670,8 +733,12 @@ class Simulation:
                 else:
                     self.release(cid)
             if len(batch) < w.chunks_per_batch:
-                self.view.learner_waiting(lr)
+                if not waiting:  # the learner asks once per batch; wake-ups are not new requests
+                    self.view.learner_waiting(lr)
+                    waiting = True
                 yield queue.changed()
+        if self.path.route == "direct" and self.path.batch_build == "per-batch":
+            yield from self._build_batch_on_learner(lr, batch)
         self.view.learner_busy(lr)
         fresh = [self._chunks[c].t_created for c in batch if uses.get(c, 0) == 0]
         done = []
@@ -700,9 +767,11 @@ class Simulation:
             out.append((buffer[int(pos)], idx[chunk_pos == pos]))
         return out
 
-    def _replay_insert(self, buffer: deque, cid: int) -> None:
+    def _replay_insert(self, buffer: deque, cid: int, tables: int = 1) -> None:
+        """FIFO replay table; with ``tables`` tables (one per learner) each holds its share of the
+        contract's capacity, so the plane as a whole never holds more than ``replay_capacity``."""
         buffer.append(cid)
-        while len(buffer) * self.workload.chunk_steps > self.workload.replay_capacity:
+        while len(buffer) * self.workload.chunk_steps > self.workload.replay_capacity / tables:
             self.release(buffer.popleft())
 
     def stock_dqn(self) -> Generator:
@@ -827,22 +896,26 @@ class Simulation:
     def plane_dqn_runner(self, runner: RunnerRole) -> Generator:
         w = self.workload
         i = 0
+        group: list[tuple[Chunk, ChunkTrace]] = []
         while not self._stop:
             yield self.env.timeout(self.sample_time(w.fragment_length))
-            lr = self.layout.target(runner, i)
+            lr = self.layout.target(runner, i // self.path.granularity)
             i += 1
             # rate limiter, insert side: the runner blocks (backpressure) rather than run ahead
             yield from self._limiter.insert(w.chunk_steps)
             if self._stop:
                 return
-            chunk, trace = self.new_chunk(runner, lr, self.version)
-            insert = self.env.process(self._replay_ingest(runner, lr, chunk, trace))
-            if not self.path.overlap_collection:  # the runner waits for its chunk to be collected
-                yield insert
+            group.append(self.new_chunk(runner, lr, self.version))
+            if len(group) >= self.path.granularity:
+                insert = self.env.process(self._replay_ingest(runner, lr, group))
+                group = []
+                if not self.path.overlap_collection:  # the runner waits for its chunks to be collected
+                    yield insert
 
-    def _replay_ingest(self, runner: RunnerRole, lr: LearnerRole, chunk: Chunk, trace: ChunkTrace) -> Generator:
-        yield from self.direct_group(runner, lr, [(chunk, trace)], None)
-        self._replay_insert(self._replay[lr.id], chunk.id)
+    def _replay_ingest(self, runner: RunnerRole, lr: LearnerRole, group: list) -> Generator:
+        yield from self.direct_group(runner, lr, group, None)
+        for chunk, _ in group:
+            self._replay_insert(self._replay[lr.id], chunk.id, tables=len(self._replay))
         self._replay_notify(lr.id)
 
     def plane_dqn_learner(self, lr: LearnerRole) -> Generator:
@@ -882,10 +955,25 @@ class Simulation:
         selections = self._replay_sample(self._replay[lr.id], w.batch_size)
         self.auditor.delivered(update, selections, self.env.now)
         # gather: samples living off-device are copied in; on-device ones are an index gather
-        off_device = sum(len(idx) for cid, idx in selections if self._location.get(cid) != lr.device_tier)
         yield self.env.timeout(self.plane.device_sample_per_call)
-        if off_device and lr.hbm is not None:
-            yield from self.copy_to_device(lr, off_device * w.bytes_per_step, pinned=True)
+        if lr.hbm is not None:
+            by_tier: dict[str, int] = {}
+            for cid, idx in selections:
+                tier = self._location.get(cid)
+                if tier is not None and tier != lr.device_tier:
+                    by_tier[tier] = by_tier.get(tier, 0) + len(idx)
+            for tier, n in sorted(by_tier.items()):
+                source = self.topology.tier(tier)
+                yield from self.copy_to_device(lr, n * w.bytes_per_step, pinned=source.kind is not TierKind.PAGEABLE,
+                                               src_device=source.device)
+        if self.path.batch_build == "per-batch":  # the framework's connector over the sampled batch
+            s = self.stock
+            nbytes = w.batch_size * w.bytes_per_step
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, nbytes) + s.to_tensor(nbytes))
+        for cid, _ in selections:
+            trace = self.rec.chunks[cid]
+            if math.isnan(trace.t_ready):
+                trace.t_ready = self.env.now
         return selections, last_created, self.env.now
 
 

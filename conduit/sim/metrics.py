@@ -64,6 +64,7 @@ class Recorder:
     rejected_decisions: int = 0
     rejections: list[str] = field(default_factory=list)
     dropped_stale: int = 0
+    spilled: int = 0
 
     def span(self, iteration: int, name: str, start: float, end: float) -> None:
         self.segments[iteration][name] += end - start
@@ -106,6 +107,7 @@ class Recorder:
             "updates": len({u.update for u in self.updates}),
             "chunks": len(self.chunks),
             "rejected_decisions": self.rejected_decisions,
+            "spilled_chunks": self.spilled,
         }
 
     def segment_means(self, warmup: int = 1) -> dict[str, float]:

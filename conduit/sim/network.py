@@ -49,8 +49,13 @@ a new epoch number; a timer that fires with an old epoch is stale and does
 nothing. When the timer fires, every flow whose remaining bytes are within a
 relative epsilon of zero completes, which absorbs floating-point crumbs.
 
-Link statistics (bytes carried and busy time per directed link) are integrated
-the same lazy way from each link's total rate, whenever that rate changes.
+Link statistics cost nothing while the simulation runs: a link is busy from
+the instant its flow count leaves zero until it returns to zero (plain counters
+at flow start and end), and the bytes a link carried are the bytes its flows
+sent — every route class sums the sizes of its completed flows, and
+:meth:`Network.link_stats` adds the progress of the active ones when asked.
+The total rate on each link (:meth:`Network.link_rates`) is kept current at
+every instant's re-solve.
 """
 
 from __future__ import annotations
@@ -176,10 +181,9 @@ class Network:
         self._n_links = n_links
         # Per directed link, plus an always-idle sentinel at index n_links.
         self._link_rate = np.zeros(n_links + 1)  # sum of the rates of the flows on it
-        self._link_t = np.zeros(n_links + 1)  # when bytes/busy were last integrated
-        self._link_bytes = np.zeros(n_links + 1)
-        self._link_busy = np.zeros(n_links + 1)
         self._count = [0] * n_links  # flows on each link
+        self._busy_s = [0.0] * n_links  # busy time up to _busy_since, for links with flows
+        self._busy_since = [0.0] * n_links
 
         # Route classes (global ids; 0 is "no class", the class of free slots).
         self._class_of: dict[tuple[Hashable, Hashable], int] = {}
@@ -189,6 +193,7 @@ class Network:
         self._c_latency: list[float] = [0.0]
         self._c_mult: list[int] = [0]  # active flows in the class
         self._c_local: list[int] = [0]  # listed id (0: not listed)
+        self._c_bytes: list[float] = [0.0]  # bytes of the class's completed flows
         self._local_of = np.zeros(8, dtype=np.intp)  # the same, as an array
 
         # Listed classes: those whose incidence entries are kept for the solver,
@@ -217,7 +222,7 @@ class Network:
         self._rate = np.zeros(0)
         self._remaining = np.zeros(0)
         self._nbytes = np.zeros(0)
-        self._tol = np.zeros(0)  # COMPLETION_RTOL * nbytes
+        self._tol = np.zeros(0)  # COMPLETION_RTOL * nbytes; -1 for free slots
         self._t_last = np.zeros(0)
         self._t_finish = np.zeros(0)  # predicted finish; inf for free slots
         self._slot_cls = np.zeros(0, dtype=np.intp)
@@ -277,16 +282,33 @@ class Network:
         return np.array(self._count, dtype=np.intp)
 
     def link_stats(self) -> dict[tuple[Hashable, Hashable], LinkStats]:
-        """Bytes carried and busy time of every directed link, up to now."""
-        self._integrate_links(np.arange(self._n_links))
+        """Bytes carried and busy time of every directed link, up to now.
+
+        Starts and ends at the current instant count once the instant's
+        re-solve has run.
+        """
+        now = self.env.now
+        carried = np.zeros(self._n_links + 1)
+        sent = dict(enumerate(self._c_bytes))
+        live = np.flatnonzero(self._slot_cls)
+        progress = self._nbytes[live] - np.maximum(
+            self._remaining[live] - (now - self._t_last[live]) * self._rate[live], 0.0
+        )
+        for cls, nbytes in zip(self._slot_cls[live].tolist(), progress.tolist()):
+            sent[cls] += nbytes
+        for cls, nbytes in sent.items():
+            if nbytes:
+                carried[self._c_route[cls].links] += nbytes
+        count, since = self._count, self._busy_since
+        busy = [b + (now - since[i] if count[i] else 0.0) for i, b in enumerate(self._busy_s)]
         return {
             (u, v): LinkStats(
                 u,
                 v,
                 float(self.bandwidth[i]),
                 float(self.latency[i]),
-                float(self._link_bytes[i]),
-                float(self._link_busy[i]),
+                float(carried[i]),
+                busy[i],
             )
             for i, (u, v) in enumerate(self.router.links)
         }
@@ -302,6 +324,7 @@ class Network:
         self._c_latency.append(float(self.latency[route.links].sum()))
         self._c_mult.append(0)
         self._c_local.append(0)
+        self._c_bytes.append(0.0)
         if cls >= self._local_of.size:
             self._local_of = _grown(self._local_of, cls + 1, 0)
         self._class_of[(src, dst)] = cls
@@ -416,6 +439,7 @@ class Network:
         """Give each started transfer a slot and count it on its links; ``[(slot, class)]``."""
         now = self.env.now
         count, c_links, c_mult, c_local = self._count, self._c_links, self._c_mult, self._c_local
+        since = self._busy_since
         admitted = []
         for xfer in starting:
             slot = self._alloc()
@@ -429,6 +453,8 @@ class Network:
             self._t_last[slot] = now
             self._slot_cls[slot] = cls
             for link in c_links[cls]:
+                if not count[link]:
+                    since[link] = now
                 count[link] += 1
             c_mult[cls] += 1
             lid = c_local[cls]
@@ -446,9 +472,7 @@ class Network:
         """Every start is alone on its links and every end leaves its links empty."""
         now = self.env.now
         for cls in ended:
-            links = self._c_route[cls].links
-            self._integrate_links(links)
-            self._link_rate[links] = 0.0
+            self._link_rate[self._c_route[cls].links] = 0.0
         for slot, cls in started:
             rate = self._c_solo[cls]
             self._rate[slot] = rate
@@ -456,9 +480,7 @@ class Network:
             lid = self._c_local[cls]
             if lid:
                 self._l_rate[lid] = rate
-            links = self._c_route[cls].links
-            self._link_t[links] = now  # idle until now: nothing to integrate
-            self._link_rate[links] = rate
+            self._link_rate[self._c_route[cls].links] = rate
         if started:
             self.resolves += 1
             self.resolved_flows += len(started)
@@ -497,14 +519,10 @@ class Network:
             self.resolves += 1
             self.resolved_flows += flows.size
 
-        # Links: integrate and re-rate those whose total changed (emptied ones included).
-        link_rate = np.bincount(self._ent_k, weights=(new * l_mult)[self._ent_c], minlength=self._n_k)
-        glob = self._k_glob[: self._n_k]
-        diff = np.flatnonzero(link_rate != self._link_rate[glob])
-        if diff.size:
-            links = glob[diff]
-            self._integrate_links(links)
-            self._link_rate[links] = link_rate[diff]
+        # Links: the total on every listed link (emptied ones included; free ids hit the sentinel).
+        self._link_rate[self._k_glob[: self._n_k]] = np.bincount(
+            self._ent_k, weights=(new * l_mult)[self._ent_c], minlength=self._n_k
+        )
         if self._dead:
             self._compact()
 
@@ -514,8 +532,9 @@ class Network:
             new = max(8, 2 * old)
             self._xfer += [None] * (new - old)
             self._free = list(range(new - 1, old - 1, -1))
-            for name in ("_rate", "_remaining", "_nbytes", "_tol", "_t_last"):
+            for name in ("_rate", "_remaining", "_nbytes", "_t_last"):
                 setattr(self, name, _grown(getattr(self, name), new, 0.0))
+            self._tol = _grown(self._tol, new, -1.0)
             self._t_finish = _grown(self._t_finish, new, math.inf)
             self._slot_cls = _grown(self._slot_cls, new, 0)
         return self._free.pop()
@@ -540,18 +559,22 @@ class Network:
         now = self.env.now
         t_finish = self._t_finish
         left = self._remaining - (now - self._t_last) * self._rate
-        done = (t_finish <= now) | (np.isfinite(t_finish) & (left <= self._tol))
+        done = (t_finish <= now) | (left <= self._tol)  # free slots: inf and -1, never done
         slots = np.flatnonzero(done).tolist()
         if not slots:
             self._arm()
             return
         count, c_links, c_mult, c_local = self._count, self._c_links, self._c_mult, self._c_local
+        busy, since = self._busy_s, self._busy_since
         finished = []
         for slot in slots:
             cls = int(self._slot_cls[slot])
             for link in c_links[cls]:
                 count[link] -= 1
+                if not count[link]:
+                    busy[link] += now - since[link]
             c_mult[cls] -= 1
+            self._c_bytes[cls] += self._nbytes[slot]
             lid = c_local[cls]
             if lid:
                 self._l_mult[lid] = c_mult[cls]
@@ -563,6 +586,7 @@ class Network:
             t_finish[slot] = math.inf
             self._rate[slot] = 0.0
             self._remaining[slot] = 0.0
+            self._tol[slot] = -1.0
             self._slot_cls[slot] = 0
             finished.append(self._xfer[slot])
             self._xfer[slot] = None
@@ -570,11 +594,3 @@ class Network:
         for xfer in finished:
             self._complete(xfer)
         self._schedule_flush()
-
-    def _integrate_links(self, links: np.ndarray) -> None:
-        """Account link bytes and busy time from the last integration to now."""
-        dt = self.env.now - self._link_t[links]
-        rate = self._link_rate[links]
-        self._link_bytes[links] += rate * dt
-        self._link_busy[links] += np.where(rate > 0, dt, 0.0)
-        self._link_t[links] = self.env.now

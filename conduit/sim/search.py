@@ -25,15 +25,13 @@ the table still lists every configuration, the skipped ones marked ``evaluated: 
   iterations (nor learners), so every ``g`` at or above a runner's chunks per iteration
   (``ceil(ceil(learners * train_batch_per_learner / chunk_steps) / runners)``) coalesces the same
   groups; only the smallest such ``g`` runs.
-* **APPO and DQN** — the asynchronous loops hand each chunk to the plane the moment it is produced
-  (an APPO learner's queue, a DQN replay table); there is no iteration boundary to coalesce up to,
-  so granularity has nothing to act on: every ``g`` is ``g1``. (The simulator's direct path in
-  these loops ingests one chunk per call.)
+* **APPO** — *selection overlap*: with per-batch building (every Janus configuration) the learner
+  builds and copies each batch when it assembles it, so there is no move for a scheduler to start
+  early; ``so`` configurations are the ``nso`` ones.
 
-Selection overlap *is* evaluated for APPO (it changes the scheduling: prefetch by earliest deadline
-vs. on demand) and for DQN (the next batch is sampled and gathered during the update), as are
-collection overlap and placement for all three. On ``dgx-h100-x2`` that leaves 12 runs per
-workload.
+Granularity is evaluated for APPO and DQN (a runner coalesces ``g`` chunks before each hand-off),
+selection overlap for DQN (the next batch is sampled and gathered during the update), and collection
+overlap and placement for all three.
 
 Results are cached in-process, keyed by (topology name, workload name, iterations, seed); a key
 whose topology source or workload definition changed is recomputed, never served stale.
@@ -109,10 +107,10 @@ def canonical(kwargs: dict[str, Any], topology: Topology, workload: Workload,
             reasons.append(f"granularity {out['granularity']} exceeds the {cap} chunk(s) a runner "
                            f"produces per iteration (same groups as g{top})")
             out["granularity"] = top
-    elif out["granularity"] != 1:
-        reasons.append(f"{workload.algorithm.upper()} hands each chunk over as it is produced: "
-                       "granularity has nothing to coalesce")
-        out["granularity"] = 1
+    elif workload.algorithm == "appo" and out["overlap_selection"]:
+        out["overlap_selection"] = False
+        reasons.append("APPO with per-batch building copies each batch when the learner assembles it: "
+                       "there is no move for a scheduler to start early")
     return out, ("; ".join(reasons) or None)
 
 
