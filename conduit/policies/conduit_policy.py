@@ -71,11 +71,15 @@ class BandwidthAwarePlacement:
         return out
 
     def cost(self, chunk: ChunkInfo, tier: TierState, view: ClusterView) -> float:
-        """Predicted seconds from the producer's staging slot to the consumer's device, via ``tier``."""
+        """Predicted seconds from the producer's staging slot to the consumer's device, via ``tier``.
+
+        Equal times are broken towards the consumer (HBM before host memory before NVMe) by a
+        nanosecond per level: data already on the device needs no later move, and every byte left
+        in host memory holds a staging slot that the next ingestion needs."""
         source = _staging_tier(chunk, view)
         first = view.transfer_time(source, tier.id, chunk.nbytes) if source is not None else 0.0
         second = view.time_to_ready(tier.id, chunk.consumer, chunk.nbytes) if chunk.consumer is not None else 0.0
-        return first + second
+        return first + second + 1e-9 * SPILL_ORDER.index(tier.kind)
 
     def feasible(self, tier: TierState, nbytes: float) -> bool:
         return tier.used + nbytes <= tier.capacity * (1.0 - self.headroom)

@@ -160,6 +160,16 @@ class Simulation:
                 f"workload {w.name!r}: a chunk of {w.chunk_bytes:.3g} bytes is larger than every tier of "
                 f"topology {self.topology.name!r} (largest {biggest:.3g} bytes)"
             )
+        batch = {"ppo": w.train_batch_per_learner * w.bytes_per_step,
+                 "appo": w.chunks_per_batch * w.chunk_bytes,
+                 "dqn": w.batch_size * w.bytes_per_step}[w.algorithm]
+        for lr in self.layout.learners:
+            room = self.ledger.capacity[lr.device_tier]
+            if batch > room:
+                raise ConduitError(
+                    f"workload {w.name!r}: a learner's batch of {batch:.3g} bytes does not fit the device "
+                    f"memory of {lr.id} ({lr.device_tier}, {room:.3g} bytes) on topology {self.topology.name!r}"
+                )
 
     def cpu(self, node: str, seconds: float) -> Generator:
         return self.cpus[node].work(seconds)

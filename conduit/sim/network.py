@@ -52,7 +52,7 @@ relative epsilon of zero completes, which absorbs floating-point crumbs.
 Link statistics cost nothing while the simulation runs: a link is busy from
 the instant its flow count leaves zero until it returns to zero (plain counters
 at flow start and end), and the bytes a link carried are the bytes its flows
-sent — every route class sums the sizes of its completed flows, and
+sent — every route class sums what its completed flows sent, and
 :meth:`Network.link_stats` adds the progress of the active ones when asked.
 The total rate on each link (:meth:`Network.link_rates`) is kept current at
 every instant's re-solve.
@@ -291,9 +291,7 @@ class Network:
         carried = np.zeros(self._n_links + 1)
         sent = dict(enumerate(self._c_bytes))
         live = np.flatnonzero(self._slot_cls)
-        progress = self._nbytes[live] - np.maximum(
-            self._remaining[live] - (now - self._t_last[live]) * self._rate[live], 0.0
-        )
+        progress = self._nbytes[live] - (self._remaining[live] - (now - self._t_last[live]) * self._rate[live])
         for cls, nbytes in zip(self._slot_cls[live].tolist(), progress.tolist()):
             sent[cls] += nbytes
         for cls, nbytes in sent.items():
@@ -574,7 +572,7 @@ class Network:
                 if not count[link]:
                     busy[link] += now - since[link]
             c_mult[cls] -= 1
-            self._c_bytes[cls] += self._nbytes[slot]
+            self._c_bytes[cls] += float(self._nbytes[slot] - left[slot])  # what it sent, crumbs included
             lid = c_local[cls]
             if lid:
                 self._l_mult[lid] = c_mult[cls]
