@@ -12,9 +12,8 @@ What is checked, in order:
 7. bad input: clear ConduitError subclasses naming what is wrong, in Python and on the CLI;
 8. the CLI's JSON, trace files and readable summary.
 
-Tests marked ``xfail(strict=True)`` pin simulator bugs found while writing this file; each reason
-says what happens and how to reproduce it. They turn into failures (XPASS) once the bug is fixed,
-so the marker must then be removed.
+The tests under "known simulator bugs" began as strict xfails pinning bugs found while writing
+this file; the bugs are fixed and they now guard against regressions.
 """
 
 from __future__ import annotations
@@ -221,7 +220,9 @@ def scenarios(draw, algorithm: str):
         per_learner = draw(st.integers(1, 4))
         wl.update(train_batch_per_learner=per_learner * steps, epochs=draw(st.integers(1, 3)),
                   value_pass_per_sample=draw(st.sampled_from([0.0, 5e-6])))
-        working_set = n_learners * per_learner * cb  # one iteration, all learners
+        # one iteration, all learners: the direct route's plan may give one learner more than its
+        # share (see test_every_ppo_learner_gets_train_batch_per_learner)
+        working_set = n_learners * per_learner * cb
     elif algorithm == "appo":
         lag, reuse, per_batch = draw(st.integers(0, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
         # weights reach runners every broadcast_interval updates, so a lag below interval - 1 can
@@ -233,7 +234,7 @@ def scenarios(draw, algorithm: str):
         ratio = draw(st.sampled_from([1.0, 2.0, 4.0, 8.0]))
         batch = draw(st.sampled_from([8, 16, 32, 64]))
         # the rate band's documented regime: inserts of all runners and one batch per learner fit
-        # inside the warm-up (see test_stock_dqn_stays_in_rate_band for the other regime)
+        # inside the warm-up (see test_replay_band_narrower_than_a_batch_is_refused_or_runs_clean)
         min_size = n_runners * steps + n_learners * batch + draw(st.integers(0, 3)) * steps
         # large enough that nothing is evicted (see test_plane_replay_respects_global_capacity)
         capacity = (2 * min_size + math.ceil(iterations * n_learners * batch / ratio) + 2 * n_runners * steps
@@ -285,20 +286,11 @@ def test_property_dqn_zero_violations_within_capacity(scenario):
     check_scenario(scenario)
 
 
-REPLAY_CAPACITY_BUG = (
-    "BUG engine.py plane_dqn/_replay_insert: the plane trims each learner's replay deque to "
-    "replay_capacity only after a chunk has landed in it, and keeps one deque per learner, while the "
-    "Replay contract's capacity is the whole buffer's and the auditor counts every ingested, "
-    "not-yet-evicted step (in-flight chunks included): capacity_exceeded on deliveries, even with "
-    "one learner. Repros: simulate('dgx-h100', {'base':'dqn','min_size':256,'replay_capacity':512,"
-    "'replay_ratio':1.0}, 'all-gpu', iterations=20) -> 144 violations; the one-learner tiny case of "
-    "test_replay_eviction_with_one_learner_is_clean -> 2")
-
 
 @pytest.mark.parametrize("policy", [
     "rllib-stock",
-    pytest.param("host-only", marks=pytest.mark.xfail(reason=REPLAY_CAPACITY_BUG, strict=True)),
-    pytest.param("all-gpu", marks=pytest.mark.xfail(reason=REPLAY_CAPACITY_BUG, strict=True)),
+    "host-only",
+    "all-gpu",
 ])
 def test_replay_eviction_with_one_learner_is_clean(policy):
     """A replay buffer smaller than what is inserted evicts (normal), never samples evicted data."""
@@ -346,22 +338,31 @@ def test_seed_drives_env_step_noise():
 
 # ---------------------------------------------------------- 4. metric definitions
 def recompute_metrics(result) -> dict[str, float]:
-    """DESIGN.md metrics from the traces, independently of Recorder.metrics, with its warm-up rule."""
+    """DESIGN.md metrics from the traces, independently of Recorder.metrics, with its rules: an
+    update starts when its last learner starts it, its iteration is the time since the previous
+    update's start, its exposure the largest over its learners, both over updates >= max(1, warmup)."""
     rec = result.recorder
     warmup = warmup_of(result.workload.algorithm, result.iterations)
-    updates = [u for u in rec.updates if u.update >= warmup] or rec.updates
-    exposed_by_update: dict[int, list[float]] = defaultdict(list)
-    for u in updates:
+    start_of: dict[int, float] = {}
+    exposed_of: dict[int, float] = defaultdict(float)
+    for u in rec.updates:
+        start_of[u.update] = max(start_of.get(u.update, -math.inf), u.t_start)
         # exposed = t_batch_ready - max(t_learner_free, t_last_needed_chunk_created); a batch ready
         # before the learner is free (prefetch) exposes nothing
-        exposed_by_update[u.update].append(max(0.0, u.t_batch_ready - max(u.t_learner_free, u.t_last_created)))
-    exposed = float(np.mean([max(v) for v in exposed_by_update.values()]))
-    start_of: dict[int, float] = {}
-    for u in rec.updates:  # learners of one update start together: the earliest is the start
-        start_of[u.update] = min(start_of.get(u.update, math.inf), u.t_start)
-    starts = [start_of[k] for k in sorted(start_of)]
-    starts = starts[min(warmup, max(0, len(starts) - 2)):]
-    iteration = float(np.mean(np.diff(starts)))
+        exposed_of[u.update] = max(exposed_of[u.update],
+                                   max(0.0, u.t_batch_ready - max(u.t_learner_free, u.t_last_created)))
+    keys = sorted(start_of)
+    first = max(1, warmup) if len(keys) - max(1, warmup) >= 1 else 1
+    pairs = [(exposed_of[u], start_of[u] - start_of[keys[i - 1]]) for i, u in enumerate(keys) if i >= first]
+    if not rec.synchronous:  # independent learners (the plane's replay): each learner's own updates
+        pairs = []
+        for learner in {u.learner for u in rec.updates}:
+            mine = sorted((u for u in rec.updates if u.learner == learner), key=lambda u: u.update)
+            first = max(1, warmup) if len(mine) - max(1, warmup) >= 1 else 1
+            pairs += [(max(0.0, mine[i].t_batch_ready - max(mine[i].t_learner_free, mine[i].t_last_created)),
+                       mine[i].t_start - mine[i - 1].t_start) for i in range(first, len(mine))]
+    exposed = float(np.mean([e for e, _ in pairs]))
+    iteration = float(np.mean([t for _, t in pairs]))
     paths = [c.t_ready - c.t_created for c in rec.chunks.values() if not math.isnan(c.t_ready)]
     return {
         "exposed_experience_path_s": exposed,
@@ -415,16 +416,6 @@ def test_stock_ppo_exposes_the_experience_path_and_all_gpu_exposes_less():
     assert gpu["experience_share"] < stock["experience_share"]
 
 
-@pytest.mark.xfail(
-    reason="BUG metrics.py Recorder.metrics: experience_share can exceed 1. Exposure is "
-           "averaged over updates >= warmup, including update `warmup` itself, while iteration time "
-           "only averages the intervals ending at updates warmup+1.. (the interval ending at update "
-           "`warmup` is dropped); and per update exposure takes the MAX over learners but the start "
-           "the MIN, which for unsynchronised learners (plane DQN) pairs one learner's wait with "
-           "another's interval. Repros: simulate('dgx-h100-x2', {'base':'dqn','min_size':512,"
-           "'replay_capacity':100000,'replay_ratio':1.0}, 'all-gpu', iterations=2) -> share ~2; "
-           "stock DQN on a 1-node 4-GPU tiny topology (see test) -> share 1.15",
-    strict=True)
 @pytest.mark.parametrize("case", ["plane-dqn-async-learners", "stock-dqn-warmup-pairing"])
 def test_experience_share_never_exceeds_one(case):
     if case == "plane-dqn-async-learners":
@@ -510,41 +501,38 @@ def completes_or_explains(topology, workload, policy: str, iterations: int) -> N
     assert_clean(result, topology, iterations)
 
 
+@pytest.mark.parametrize("algorithm", ["ppo", "appo"])
+def test_batch_larger_than_learner_hbm_is_refused(algorithm):
+    """A learner's batch (PPO: 2 chunks, APPO: chunks_per_batch = 2) that cannot fit its device memory
+    is refused up front with a message naming the learner's tier (regression: it used to hang)."""
+    wl = {"base": algorithm, **TIGHT}
+    topo = tiny_topology(nodes=1, gpus=1, hbm=1.5 * chunk_bytes(wl))
+    for policy in POLICIES:
+        with pytest.raises(ConduitError, match=r"n0\.gpu0:hbm") as info:
+            simulate(topo, wl, policy, iterations=2)
+        assert "tiny" in str(info.value)
+
+
 def _tight_case(case: str):
-    if case == "ppo-batch-larger-than-hbm":
-        wl = {"base": "ppo", **TIGHT}  # a learner's batch is 2 chunks; HBM holds 1.5
-        return tiny_topology(nodes=1, gpus=1, hbm=1.5 * chunk_bytes(wl)), wl, "all-gpu"
-    if case == "stock-ppo-iteration-larger-than-pageable":
-        wl = {"base": "ppo", **TIGHT}  # an iteration is 4 chunks; pageable holds 3
-        cb = chunk_bytes(wl)
+    wl = {"base": "dqn" if "dqn" in case else "appo" if "appo" in case else "ppo", **TIGHT}
+    cb = chunk_bytes(wl)
+    if case == "stock-ppo-iteration-larger-than-pageable":  # an iteration is 4 chunks; pageable holds 3
         return tiny_topology(nodes=1, gpus=2, hbm=4 * cb, host=6 * cb), wl, "rllib-stock"
-    if case == "stock-dqn-replay-larger-than-pageable":
-        wl = {"base": "dqn", **TIGHT}  # replay holds 8 chunks in the driver; pageable holds 3
-        cb = chunk_bytes(wl)
+    if case == "stock-dqn-replay-larger-than-pageable":  # replay holds 8 chunks in the driver; pageable 3
         return tiny_topology(nodes=1, gpus=2, hbm=4 * cb, host=6 * cb), wl, "rllib-stock"
-    if case == "host-only-appo-batches-larger-than-host-tiers":
-        wl = {"base": "appo", **TIGHT}  # on-demand moves wait for 2-chunk batches; host tiers hold 1+1
-        cb = chunk_bytes(wl)
-        return tiny_topology(nodes=1, gpus=2, hbm=4 * cb, host=2 * cb), wl, "host-only"
-    wl = {"base": "appo", **TIGHT}  # a batch is 2 chunks; HBM holds 1
-    return tiny_topology(nodes=1, gpus=2, hbm=chunk_bytes(wl)), wl, "rllib-stock"
+    if case == "host-only-appo-batches-larger-than-host-tiers":  # on-demand waits for 2-chunk batches;
+        return tiny_topology(nodes=1, gpus=2, hbm=4 * cb, host=2 * cb), wl, "host-only"  # host holds 1+1
+    # 3 runners, 2 learners, HBM = exactly train_batch_per_learner: the direct route's uneven plan
+    # (see test_every_ppo_learner_gets_train_batch_per_learner) gives learner0 3 chunks
+    return tiny_topology(nodes=1, gpus=3, hbm=2 * cb), {**wl, "learners": 2}, case.split(":")[1]
 
 
-@pytest.mark.xfail(
-    reason="BUG engine.py Simulation._check_fits only compares one chunk with the LARGEST tier; when a "
-           "chunk fits but the working set of the path does not (PPO batch > learner HBM, stock "
-           "iteration or replay buffer > driver pageable, APPO batch > HBM, host-only APPO with host "
-           "tiers smaller than the learners' pending batches) ledger.reserve (engine.py place_in/"
-           "move_to) or the scheduling gate waits forever and simpy raises RuntimeError 'No scheduled events "
-           "left but \"until\" event was not triggered' (no ConduitError; the CLI prints a "
-           "traceback). Repro: see _tight_case",
-    raises=RuntimeError, strict=True)
-@pytest.mark.parametrize("case", ["ppo-batch-larger-than-hbm", "stock-ppo-iteration-larger-than-pageable",
-                                  "stock-dqn-replay-larger-than-pageable", "appo-batch-larger-than-hbm",
-                                  "host-only-appo-batches-larger-than-host-tiers"])
+@pytest.mark.parametrize("case", ["stock-ppo-iteration-larger-than-pageable", "stock-dqn-replay-larger-than-pageable",
+                                  "host-only-appo-batches-larger-than-host-tiers",
+                                  "uneven-plan:host-only", "uneven-plan:all-gpu"])
 def test_working_set_larger_than_tier_is_refused_not_hung(case):
     topo, wl, policy = _tight_case(case)
-    completes_or_explains(topo, wl, policy, 4)
+    completes_or_explains(topo, wl, policy, 3)
 
 
 # ---------------------------------------------------------- known simulator bugs (DQN, PPO plan)
@@ -556,12 +544,16 @@ def test_plane_dqn_small_warmup_does_not_deadlock(policy):
     assert_clean(result, "dgx-h100", 2)
 
 
-@pytest.mark.xfail(reason=REPLAY_CAPACITY_BUG, strict=True)
 @pytest.mark.parametrize("policy", ["host-only", "all-gpu"])
 def test_plane_replay_respects_global_capacity(policy):
+    """A global replay capacity too small to split over 8 learners' tables is refused; one that can be
+    split never holds more live steps than the contract allows, in flight included."""
     wl = {"base": "dqn", "min_size": 256, "replay_capacity": 512, "replay_ratio": 1.0}
-    result = simulate("dgx-h100", wl, policy, iterations=20)
+    with pytest.raises(ConduitError, match="replay_capacity"):
+        simulate("dgx-h100", wl, policy, iterations=20)
+    result = simulate("dgx-h100", {**wl, "replay_capacity": 2048}, policy, iterations=20)
     assert result.audit.by_kind["capacity_exceeded"] == 0, result.audit.to_dict()["examples"]
+    assert result.audit.violations == 0
 
 
 def test_stock_dqn_stays_in_rate_band():
@@ -572,49 +564,18 @@ def test_stock_dqn_stays_in_rate_band():
     assert result.audit.violations == 0, result.audit.by_kind
 
 
-@pytest.mark.xfail(
-    reason="BUG workload.py Workload.validate / engine.py appo_loop+appo_gather: with max_lag < "
-           "broadcast_interval - 1 no runner ever holds an admissible version (update k needs version "
-           ">= k - max_lag, runners get version bi*floor(k/bi)), so every chunk is dropped as stale and "
-           "the simulation runs forever (memory grows without bound) instead of refusing the workload. "
-           "Repro: simulate('dgx-h100', {'base':'appo','max_lag':0,'broadcast_interval':2}, 'all-gpu', "
-           "iterations=4) never returns",
-    raises=StepBudgetExceeded, strict=True)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_appo_lag_below_broadcast_interval_is_refused(policy):
     completes_or_explains("dgx-h100", {"base": "appo", "max_lag": 0, "broadcast_interval": 2}, policy, 4)
 
 
-@pytest.mark.xfail(
-    reason="BUG workload.py Workload.contract + validate: the Replay band half-width "
-           "max(1, ratio) * max(min_size, runners * chunk_steps) can be narrower than one sampled batch "
-           "(batch_size) and than the rate error the stock loop leaves unsampled (its `due` is floored, "
-           "up to batch_size * learners steps, engine.py stock_dqn), and validation accepts such a "
-           "workload: the plane's limiter then never admits a sample while inserts are throttled "
-           "(simpy RuntimeError 'No scheduled events left'), and rllib-stock gets ratio_out_of_band "
-           "violations. Repro: simulate('reference-2core', {'base':'ref-dqn-cartpole','batch_size':64,"
-           "'replay_ratio':1.0}, P, iterations=4) for P in rllib-stock/host-only/all-gpu",
-    strict=True)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_replay_band_narrower_than_a_batch_is_refused_or_runs_clean(policy):
     wl = {"base": "ref-dqn-cartpole", "batch_size": 64, "replay_ratio": 1.0}
     completes_or_explains("reference-2core", wl, policy, 4)
 
 
-PLAN_CASES = [
-    pytest.param(
-        policy, learners,
-        marks=[pytest.mark.xfail(
-            reason="BUG engine.py ppo_loop (the chunk plan of the direct route): chunks are assigned with "
-                   "layout.target(runner, i), i.e. by which runners feed which learner, so when runners "
-                   "do not split evenly over learners the batches are unequal ([6144, 4096, 4096, 2048, "
-                   "4096] samples instead of 4096 each). Repro: simulate('dgx-h100', "
-                   "{'base':'ppo','learners':5}, 'all-gpu', iterations=2)",
-            strict=True)] if policy != "rllib-stock" and learners == 5 else [],
-    )
-    for policy in POLICIES
-    for learners in (None, 3, 5)
-]
+PLAN_CASES = [(policy, learners) for policy in POLICIES for learners in (None, 3, 5)]
 
 
 @pytest.mark.parametrize(("policy", "learners"), PLAN_CASES)

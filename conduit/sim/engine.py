@@ -163,6 +163,17 @@ class Simulation:
         batch = {"ppo": w.train_batch_per_learner * w.bytes_per_step,
                  "appo": w.chunks_per_batch * w.chunk_bytes,
                  "dqn": w.batch_size * w.bytes_per_step}[w.algorithm]
+        if w.algorithm == "dqn" and self.path.route == "direct":
+            feeders = max(len([r for r in self.layout.runners if lr in self.layout.feeds[r.id]])
+                          for lr in self.layout.learners) or 1
+            need = (2 * feeders * self.path.granularity + 1) * w.chunk_steps
+            share = w.replay_capacity / len(self.layout.learners)
+            if share < need:
+                raise ConduitError(
+                    f"workload {w.name!r}: replay_capacity {w.replay_capacity} gives each of the "
+                    f"{len(self.layout.learners)} learners' replay tables {share:.0f} steps, less than the "
+                    f"{need} steps its {feeders} runner(s) can have in flight; raise replay_capacity"
+                )
         for lr in self.layout.learners:
             room = self.ledger.capacity[lr.device_tier]
             if batch > room:
@@ -287,7 +298,12 @@ class Simulation:
         algorithm = self.workload.algorithm
         loop = {"ppo": self.ppo_loop, "appo": self.appo_loop, "dqn": self.dqn_loop}[algorithm]
         done = self.env.process(loop())
-        self.env.run(until=done)
+        try:
+            self.env.run(until=done)
+        except RuntimeError as exc:
+            if "No scheduled events left" not in str(exc):
+                raise
+            raise ConduitError(self._stall_report()) from None
         audit = self.auditor.finish(self.env.now)
         horizon = max(self.env.now, 1e-12)
         link_util = {
@@ -305,6 +321,16 @@ class Simulation:
             sim_time=self.env.now, events=_scheduled_events(self.env),
         )
 
+    def _stall_report(self) -> str:
+        """Why a run stopped with work left: which tiers have placements waiting for room."""
+        waiting = {tier: len(queue) for tier, queue in getattr(self.ledger, "_waiters", {}).items() if queue}
+        where = "; ".join(f"{tier}: {n} placement(s) wait for room, {self.ledger.used[tier]:.3g} of "
+                          f"{self.ledger.capacity[tier]:.3g} bytes used" for tier, n in sorted(waiting.items())[:5])
+        return (f"simulation stalled at t={self.env.now:.6g} s: workload {self.workload.name!r} under policy "
+                f"{self.policy.name!r} does not fit topology {self.topology.name!r} "
+                f"({where or 'no placement is waiting; the loop starved'}). Give the tiers more capacity "
+                f"or the workload a smaller working set.")
+
     def _warmup(self) -> int:
         """Updates left out of the means: the first, which fills empty pipelines, and for the
         asynchronous loops a tenth of the run (queues and buffers filling)."""
@@ -320,20 +346,12 @@ class Simulation:
     def ppo_loop(self) -> Generator:
         w = self.workload
         learners = self.layout.learners
-        chunks_total = math.ceil(len(learners) * w.train_batch_per_learner / w.chunk_steps)
+        per_learner = math.ceil(w.train_batch_per_learner / w.chunk_steps)
+        chunks_total = len(learners) * per_learner  # every learner gets the same batch
         runners = self.layout.runners
         per_runner = [chunks_total // len(runners) + (1 if j < chunks_total % len(runners) else 0)
                       for j in range(len(runners))]
-        # which learner each chunk of each runner goes to, fixed up front. The driver shards the
-        # gathered episodes evenly, so every shard mixes every runner's early and late episodes
-        # (chunk i of runner j -> learner (i * runners + j) mod learners); the plane keeps a
-        # runner's chunks on the learners it feeds.
-        plan: dict[str, list[LearnerRole]] = {}
-        for j, runner in enumerate(runners):
-            if self.path.route == "driver":
-                plan[runner.id] = [learners[(i * len(runners) + j) % len(learners)] for i in range(per_runner[j])]
-            else:
-                plan[runner.id] = [self.layout.target(runner, i) for i in range(per_runner[j])]
+        plan = self._ppo_plan(runners, learners, per_runner, per_learner)
         expected = {lr.id: 0 for lr in learners}
         for targets in plan.values():
             for lr in targets:
@@ -375,6 +393,33 @@ class Simulation:
             yield self.env.timeout(w.weight_sync_time)
             self.rec.span(k, "weight_sync", t_sync, self.env.now)
             self._tick(k)
+
+    def _ppo_plan(self, runners: list[RunnerRole], learners: list[LearnerRole], per_runner: list[int],
+                  per_learner: int) -> dict[str, list[LearnerRole]]:
+        """Which learner each chunk of each runner goes to, fixed up front; every learner gets
+        exactly ``per_learner`` chunks.
+
+        The driver shards the gathered episodes evenly, so every shard mixes every runner's early
+        and late episodes (chunk i of runner j -> learner (i * runners + j) mod learners). The plane
+        keeps data local: chunk slots are visited in production order (i-th chunk of every runner,
+        then the next), each goes to the first learner the runner feeds that still needs chunks,
+        else to a learner on the runner's node that does, else to any learner that does."""
+        if self.path.route == "driver":
+            return {r.id: [learners[(i * len(runners) + j) % len(learners)] for i in range(per_runner[j])]
+                    for j, r in enumerate(runners)}
+        need = {lr.id: per_learner for lr in learners}
+        plan: dict[str, list[LearnerRole]] = {r.id: [] for r in runners}
+        for i in range(max(per_runner, default=0)):
+            for j, runner in enumerate(runners):
+                if i >= per_runner[j]:
+                    continue
+                fed = self.layout.feeds[runner.id]
+                choice = (next((lr for lr in fed if need[lr.id] > 0), None)
+                          or next((lr for lr in learners if lr.node == runner.node and need[lr.id] > 0), None)
+                          or next(lr for lr in learners if need[lr.id] > 0))
+                need[choice.id] -= 1
+                plan[runner.id].append(choice)
+        return plan
 
     def _learner(self, lid: str) -> LearnerRole:
         return next(lr for lr in self.layout.learners if lr.id == lid)
@@ -889,8 +934,10 @@ class Simulation:
         the replay-ratio band; learners sample on device, prefetching the next batch while the
         current update runs."""
         learners = self.layout.learners
+        self.rec.synchronous = False  # each learner samples its own table at its own pace
         self._replay = {lr.id: deque() for lr in learners}
         self._limiter = _RateLimiter(self.env, self.contract, self.workload)
+        self._replay_inflight = {lr.id: 0 for lr in learners}
         self._table_changed = {lr.id: self.env.event() for lr in learners}
         self._stop = False
         for r in self.layout.runners:
@@ -915,6 +962,8 @@ class Simulation:
             yield from self._limiter.insert(w.chunk_steps)
             if self._stop:
                 return
+            self._replay_make_room(lr.id)  # evict before ingesting: live + in flight <= capacity
+            self._replay_inflight[lr.id] += 1
             group.append(self.new_chunk(runner, lr, self.version))
             if len(group) >= self.path.granularity:
                 insert = self.env.process(self._replay_ingest(runner, lr, group))
@@ -925,8 +974,17 @@ class Simulation:
     def _replay_ingest(self, runner: RunnerRole, lr: LearnerRole, group: list) -> Generator:
         yield from self.direct_group(runner, lr, group, None)
         for chunk, _ in group:
-            self._replay_insert(self._replay[lr.id], chunk.id, tables=len(self._replay))
+            self._replay_inflight[lr.id] -= 1
+            self._replay[lr.id].append(chunk.id)
         self._replay_notify(lr.id)
+
+    def _replay_make_room(self, lid: str) -> None:
+        """Evict the oldest resident chunks of a table until one more chunk fits its share of the
+        contract's capacity, counting chunks still in flight to it (they are live once ingested)."""
+        table, steps = self._replay[lid], self.workload.chunk_steps
+        share = self.workload.replay_capacity / len(self._replay)
+        while table and (len(table) + self._replay_inflight[lid] + 1) * steps > share:
+            self.release(table.popleft())
 
     def plane_dqn_learner(self, lr: LearnerRole) -> Generator:
         w = self.workload

@@ -65,6 +65,8 @@ class Recorder:
     rejections: list[str] = field(default_factory=list)
     dropped_stale: int = 0
     spilled: int = 0
+    #: learners update in lockstep (data-parallel); False when each learner runs its own loop
+    synchronous: bool = True
 
     def span(self, iteration: int, name: str, start: float, end: float) -> None:
         self.segments[iteration][name] += end - start
@@ -75,24 +77,46 @@ class Recorder:
             self.rejections.append(message)
 
     # -- summary ----------------------------------------------------------------------------
-    def update_starts(self) -> np.ndarray:
-        """Start time of each update, once per update index (learners update together)."""
-        starts: dict[int, float] = {}
+    def per_update(self, warmup: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(exposed, iteration) per update index ``u >= max(1, warmup)``, paired over the same updates.
+
+        Synchronous (lockstep) learners: an update starts when its last learner starts it, and
+        its iteration is the time since the previous update started; its exposed latency is the
+        largest over its learners (a synchronous update waits for the slowest learner's data). Both
+        series cover the same updates, so their ratio is a share of the same time. Independent
+        learners (the plane's replay loop): the same pairing per learner, over all learners."""
+        if not self.synchronous:  # independent learners: pair each learner's own updates
+            by_learner: dict[str, list[UpdateTrace]] = defaultdict(list)
+            for u in self.updates:
+                by_learner[u.learner].append(u)
+            pairs = []
+            for ups in by_learner.values():
+                ups.sort(key=lambda u: u.update)
+                first = max(1, warmup) if len(ups) - max(1, warmup) >= 1 else 1
+                pairs += [(ups[i].exposed, ups[i].t_start - ups[i - 1].t_start) for i in range(first, len(ups))]
+            return self._unzip(pairs, [u.exposed for u in self.updates])
+        start: dict[int, float] = {}
+        exposed: dict[int, float] = {}
         for u in self.updates:
-            starts[u.update] = min(starts.get(u.update, math.inf), u.t_start)
-        return np.array([starts[k] for k in sorted(starts)])
+            start[u.update] = max(start.get(u.update, -math.inf), u.t_start)
+            exposed[u.update] = max(exposed.get(u.update, 0.0), u.exposed)
+        keys = sorted(start)
+        first = max(1, warmup)
+        if len(keys) - first < 1:  # too short a run to skip warm-up: use what there is
+            first = 1
+        pairs = [(exposed[u], start[u] - start[keys[i - 1]]) for i, u in enumerate(keys) if i >= first]
+        return self._unzip(pairs, [exposed[u] for u in keys])
+
+    @staticmethod
+    def _unzip(pairs: list[tuple[float, float]], fallback: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        if not pairs:
+            return np.array(fallback or [0.0]), np.array([math.nan])
+        e, it = zip(*pairs, strict=True)
+        return np.array(e), np.array(it)
 
     def metrics(self, warmup: int = 1) -> dict[str, Any]:
-        """DESIGN.md metrics over updates after ``warmup`` (the first iteration fills pipelines)."""
-        updates = [u for u in self.updates if u.update >= warmup] or self.updates
-        exposed_by_update: dict[int, list[float]] = defaultdict(list)
-        for u in updates:
-            exposed_by_update[u.update].append(u.exposed)
-        # an update waits for its slowest learner: per update, the largest exposed latency
-        exposed = np.array([max(v) for _, v in sorted(exposed_by_update.items())]) if exposed_by_update else np.zeros(1)
-        starts = self.update_starts()
-        starts = starts[min(warmup, max(0, len(starts) - 2)) :]
-        iteration = np.diff(starts) if len(starts) >= 2 else np.array([math.nan])
+        """DESIGN.md metrics over updates after ``warmup`` (the first ones fill empty pipelines)."""
+        exposed, iteration = self.per_update(warmup)
         paths = np.array([c.t_ready - c.t_created for c in self.chunks.values() if not math.isnan(c.t_ready)])
         mean_iter = float(np.mean(iteration))
         mean_exposed = float(np.mean(exposed))

@@ -423,15 +423,26 @@ class Network:
         self._ended = []
         if not started and not ended:
             return
-        count, c_links, c_mult = self._count, self._c_links, self._c_mult
-        alone = all(
-            c_mult[cls] == 1 and all(count[link] == 1 for link in c_links[cls]) for _slot, cls in started
-        ) and all(not any(count[link] for link in c_links[cls]) for cls in ended)
-        if alone:
+        if self._all_alone(started, ended):
             self._flush_alone(started, set(ended))
         else:
             self._resolve(started)
         self._arm()
+
+    def _all_alone(self, started: list[tuple[int, int]], ended: list[int]) -> bool:
+        """Whether every start is the only flow on each of its links and every end left its links empty."""
+        count, c_links, c_mult = self._count, self._c_links, self._c_mult
+        for _slot, cls in started:
+            if c_mult[cls] != 1:
+                return False
+            for link in c_links[cls]:
+                if count[link] != 1:
+                    return False
+        for cls in ended:
+            for link in c_links[cls]:
+                if count[link]:
+                    return False
+        return True
 
     def _admit(self, starting: list[Transfer]) -> list[tuple[int, int]]:
         """Give each started transfer a slot and count it on its links; ``[(slot, class)]``."""

@@ -163,13 +163,17 @@ class Router:
             dist = self._distances(dst)
             width = np.full(dist.size, -math.inf)
             width[dst] = math.inf
-            if self._tails.size:
-                dt, dh = dist[self._tails], dist[self._heads]
-                dag = np.flatnonzero((dh >= 0) & (dt == dh + 1))
-                dag = dag[np.argsort(dt[dag], kind="stable")]
-                layer = dt[dag]
-                bounds = np.searchsorted(layer, np.arange(1, int(layer[-1]) + 2)) if dag.size else [0]
-                for lo, hi in zip(bounds[:-1], bounds[1:]):
+            depth = int(dist.max())
+            if self._tails.size and depth > 0:
+                # small integer keys: the stable argsort below is then a radix sort
+                key = dist.astype(np.int16 if depth < 2**15 else np.int64)
+                tail_key = key[self._tails]
+                dag = np.flatnonzero(tail_key - key[self._heads] == 1)  # unreachable: -1 - -1 = 0
+                layer = tail_key[dag]
+                by_layer = np.argsort(layer, kind="stable")
+                dag, layer = dag[by_layer], layer[by_layer]
+                bounds = np.searchsorted(layer, np.arange(1, depth + 2))
+                for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
                     e = dag[lo:hi]
                     np.maximum.at(width, self._tails[e], np.minimum(self._width[e], width[self._heads[e]]))
             self._widths[dst] = width

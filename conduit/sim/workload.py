@@ -131,10 +131,29 @@ class Workload:
                 "train_batch_per_learner",
                 f"{self.train_batch_per_learner} is smaller than one chunk ({self.chunk_steps} steps)",
             )
+        if self.algorithm == "appo" and self.max_lag < self.broadcast_interval - 1:
+            raise WorkloadError(
+                source, "max_lag",
+                f"{self.max_lag} is below broadcast_interval - 1 ({self.broadcast_interval - 1}): runners get "
+                f"new weights only every {self.broadcast_interval} updates, so their chunks would all be stale",
+            )
         try:
-            self.contract()
+            contract = self.contract()
         except ConduitError as exc:
             raise WorkloadError(source, None, f"its contract is invalid: {exc}") from None
+        if self.algorithm == "dqn":
+            # the rate band must admit one chunk and one batch, or the limiter can block both sides
+            need = self.replay_ratio * self.chunk_steps + self.batch_size
+            if need > 2 * contract.tolerance:
+                raise WorkloadError(
+                    source, "min_size",
+                    f"the replay rate band (half-width {contract.tolerance:g} steps, from min_size "
+                    f"{self.min_size}) is narrower than one chunk and one batch need "
+                    f"(replay_ratio * chunk steps + batch_size = {need:g} > 2 * half-width)",
+                )
+            if self.replay_capacity < 2 * self.chunk_steps + self.batch_size:
+                raise WorkloadError(source, "replay_capacity",
+                                    f"{self.replay_capacity} steps cannot hold two chunks and a batch")
         return self
 
 
