@@ -6,10 +6,11 @@ one 400 Gb/s NIC per GPU, 32 leaf x 16 spine switches, rail-optimized) or, if
 that library topology does not load, the equivalent fabric from
 :func:`build_fat_tree`.
 
-Method: a re-solve is the work :class:`conduit.sim.network.Network` does when a
-flow ends or starts: find the component of that flow's links in the flow–link
-bipartite graph and solve max-min rates on it
-(:func:`conduit.sim.maxmin.resolve_component`). Each step ends one flow
+Method: a re-solve is the max-min work a flow start or end causes: find the
+component of that flow's links in the flow–link bipartite graph and solve
+max-min rates on it (:func:`conduit.sim.maxmin.resolve_component`; the
+:class:`conduit.sim.network.Network` itself skips the solve for flows alone on
+their links and solves route classes, see its docstring). Each step ends one flow
 (re-solve without it) and starts it again (re-solve with it), cycling through
 the flows in a seeded order. The same steps run with the vectorised solver and
 with the textbook ``progressive_filling_reference`` (fed the same component,
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     wall = time.perf_counter() - t0
     print(
         f"simulate_transfers: {len(transfers)} transfers, {network.events} events, {network.resolves} re-solves "
-        f"(mean component {network.resolved_flows / max(network.resolves, 1):.0f} flows), {wall:.2f} s wall, "
+        f"({network.resolved_flows / max(network.resolves, 1):.0f} flows re-rated on average), {wall:.2f} s wall, "
         f"{network.events / wall:.0f} events/s, simulated makespan {max(times) * 1e3:.3f} ms"
     )
 

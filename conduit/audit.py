@@ -756,7 +756,7 @@ class Auditor:
             newly = steps - st.n_dropped if n else 0
             st.n_dropped += newly
         else:
-            if st.dropped is None:  # lazy: only now do the samples differ (none dropped yet)
+            if st.dropped is None:  # the first partial drop (any first drop when not lazy)
                 st.dropped = np.zeros(steps, np.bool_)
             st.dropped[idx] = True
             now = int(np.count_nonzero(st.dropped))

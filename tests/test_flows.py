@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -230,7 +231,7 @@ def test_route_links_are_directed_indices():
 
 
 def bottleneck(g: nx.Graph, nodes) -> float:
-    return min((g.edges[u, v]["bandwidth"] for u, v in zip(nodes, nodes[1:])), default=math.inf)
+    return min((g.edges[u, v]["bandwidth"] for u, v in itertools.pairwise(nodes)), default=math.inf)
 
 
 def test_widest_route_prefers_nvlink_over_the_shared_pcie_switch():
@@ -279,7 +280,7 @@ def test_routes_are_hop_shortest_with_the_widest_bottleneck(g):
         for dst in g:
             route = router.route(src, dst)
             assert route.nodes[0] == src and route.nodes[-1] == dst
-            assert [router.links[i] for i in route.links] == list(zip(route.nodes, route.nodes[1:]))
+            assert [router.links[i] for i in route.links] == list(itertools.pairwise(route.nodes))
             assert len(route.nodes) - 1 == nx.shortest_path_length(g, src, dst)
             best = max(bottleneck(g, p) for p in nx.all_shortest_paths(g, src, dst))
             assert bottleneck(g, route.nodes) == best
@@ -397,6 +398,14 @@ def trace(graph, transfers):
         if snapshots and snapshots[-1][0] == env.now:
             snapshots.pop()
         snapshots.append((env.now, net.active_rates()))
+        if env.peek() > env.now:  # the instant is over: link totals and counts agree with the flows
+            load = np.zeros(net.bandwidth.size)
+            flows = np.zeros(net.bandwidth.size, dtype=int)
+            for x, r in snapshots[-1][1].items():
+                load[x.route.links] += r
+                flows[x.route.links] += 1
+            assert net.link_rates() == pytest.approx(load, rel=1e-9, abs=1e-12)
+            assert net.link_flow_counts().tolist() == flows.tolist()
     return net, [xfers[i] for i in range(len(transfers))], snapshots
 
 
@@ -423,8 +432,169 @@ def test_simulation_properties(scenario):
         assert x.value >= floor * (1 - 1e-9)
     stats = net.link_stats()
     for i, (u, v) in enumerate(net.router.links):
-        carried = sum(x.nbytes for x in xfers if i in x.route.links)
+        on_link = [x for x in xfers if i in x.route.links and x.nbytes > 0]
+        carried = sum(x.nbytes for x in on_link)
         assert stats[u, v].bytes == pytest.approx(carried, rel=1e-6, abs=1e-6)
+        # busy: the measure of the union of the intervals its flows shared it
+        busy, end = 0.0, -math.inf
+        for lo, hi in sorted((x.started, x.value) for x in on_link):
+            busy += max(0.0, hi - max(lo, end))
+            end = max(end, hi)
+        assert stats[u, v].busy_s == pytest.approx(busy, rel=1e-9, abs=1e-12)
+
+
+def reference_times(graph: nx.Graph, transfers: list[dict]) -> list[float]:
+    """A deliberately naive event loop: every instant re-solves all active flows from scratch."""
+    router = Router(graph)
+    cap = [0.0] * len(router.links)
+    for i, (u, v) in enumerate(router.links):
+        cap[i] = graph.edges[u, v]["bandwidth"]
+    pending, done = [], [math.nan] * len(transfers)
+    for i, x in enumerate(transfers):
+        route = router.route(x["src"], x["dst"])
+        begin = x["start"] + sum(graph.edges[a, b]["latency"] for a, b in itertools.pairwise(route.nodes))
+        if x["src"] == x["dst"]:
+            done[i] = x["start"]
+        elif x["bytes"] == 0:
+            done[i] = begin
+        else:
+            pending.append((begin, i, list(route.links)))
+    pending.sort()
+    active: dict[int, list] = {}  # i -> [links, remaining]
+    now = 0.0
+    while pending or active:
+        ids = list(active)
+        rates = progressive_filling_reference([active[i][0] for i in ids], cap)
+        t_next = min([pending[0][0]] if pending else [math.inf])
+        t_end = min((now + active[i][1] / r for i, r in zip(ids, rates)), default=math.inf)
+        step = min(t_next, t_end)
+        for i, r in zip(ids, rates):
+            active[i][1] -= (step - now) * r
+        now = step
+        for i in ids:
+            if active[i][1] <= 1e-9 * transfers[i]["bytes"]:
+                done[i] = now
+                del active[i]
+        while pending and pending[0][0] <= now:
+            _begin, i, links = pending.pop(0)
+            active[i] = [links, float(transfers[i]["bytes"])]
+    return done
+
+
+@st.composite
+def busy_scenarios(draw):
+    """Few endpoints, many transfers: flows with the same route, shared links, starts and ends together."""
+    n = draw(st.integers(3, 6))
+    g = nx.Graph()
+    for i in range(1, n):
+        link(g, f"v{draw(st.integers(0, i - 1))}", f"v{i}", draw(capacities), draw(st.sampled_from([0.0, 0.1])))
+    for _ in range(draw(st.integers(0, 3))):
+        a, b = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        if a != b:
+            link(g, f"v{a}", f"v{b}", draw(capacities), 0.0)
+    node = st.integers(0, n - 1).map(lambda i: f"v{i}")
+    size = st.sampled_from([1, 5, 10, 20, 37.5])
+    start = st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.0, 3.3])
+    transfers = draw(st.lists(st.builds(t, node, node, size, start), min_size=1, max_size=30))
+    return g, transfers
+
+
+@given(busy_scenarios())
+@settings(max_examples=150, deadline=None)
+def test_network_matches_a_naive_global_resolve(scenario):
+    graph, transfers = scenario
+    assert simulate_transfers(graph, transfers) == pytest.approx(reference_times(graph, transfers), rel=1e-6)
+    trace(graph, transfers)  # checks link totals and counts at every instant
+
+
+@st.composite
+def weighted_incidences(draw):
+    flow_links, caps = draw(incidences())
+    weights = draw(st.lists(st.integers(1, 4), min_size=len(flow_links), max_size=len(flow_links)))
+    return flow_links, caps, weights
+
+
+@given(weighted_incidences())
+@settings(max_examples=200, deadline=None)
+def test_weighted_solver_is_the_solver_of_the_repeated_flows(case):
+    flow_links, caps, weights = case
+    flows, links = incidence(flow_links)
+    weighted = max_min_rates(flows, links, np.array(caps), len(flow_links), weights=np.array(weights, dtype=float))
+    repeated = [links_ for links_, k in zip(flow_links, weights) for _ in range(k)]
+    expected = progressive_filling_reference(repeated, caps)
+    assert [r for r, k in zip(weighted, weights) for _ in range(k)] == pytest.approx(expected, rel=1e-6)
+
+
+# -- other contended resources -------------------------------------------------
+
+
+jobs_lists = st.lists(
+    st.tuples(st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.5]), st.sampled_from([0.0, 0.25, 1.0, 2.0])), min_size=1, max_size=25
+)
+
+
+def schedule(cores: int, jobs, server: str):
+    """(time, "start"/"end", job) of ``jobs`` (arrival, seconds) on ``cores`` FIFO servers."""
+    from conduit.sim.resources import FifoServer
+
+    env = simpy.Environment()
+    res = simpy.Resource(env, capacity=cores) if server == "simpy" else FifoServer(env, cores)
+    log = []
+
+    def job(i, arrive, seconds):
+        yield env.timeout(arrive)
+        if server == "simpy":
+            with res.request() as req:
+                yield req
+                log.append((env.now, "start", i))
+                yield env.timeout(seconds)
+        else:
+            yield res.acquire()
+            log.append((env.now, "start", i))
+            yield env.timeout(seconds)
+            res.release()
+        log.append((env.now, "end", i))
+
+    for i, (arrive, seconds) in enumerate(jobs):
+        env.process(job(i, arrive, seconds))
+    env.run()
+    return sorted(log)
+
+
+@given(st.integers(1, 3), jobs_lists)
+@settings(max_examples=150, deadline=None)
+def test_fifo_server_schedules_like_a_simpy_resource(cores, jobs):
+    assert schedule(cores, jobs, "fifo") == schedule(cores, jobs, "simpy")
+
+
+@given(st.integers(1, 3), jobs_lists)
+@settings(max_examples=100, deadline=None)
+def test_cpu_pool_and_compute_engine_timing_and_busy_time(cores, jobs):
+    from conduit.sim.resources import ComputeEngine, CpuPool
+
+    for n, make in ((cores, lambda env: CpuPool(env, "n0", cores, speed=2.0)), (1, lambda env: ComputeEngine(env, "g"))):
+        env = simpy.Environment()
+        unit = make(env)
+        ends = []
+
+        def job(i, arrive, seconds, unit=unit, env=env, ends=ends):
+            yield env.timeout(arrive)
+            if isinstance(unit, CpuPool):
+                yield from unit.work(2.0 * seconds)  # core-seconds at speed 2
+            else:
+                yield from unit.run(seconds)
+            ends.append((env.now, "end", i))
+
+        for i, (arrive, seconds) in enumerate(jobs):
+            env.process(job(i, arrive, seconds))
+        env.run()
+        # zero-length work takes no core: it ends on arrival and queues nobody
+        real = [i for i, (_a, seconds) in enumerate(jobs) if seconds > 0]
+        expected = [(t_, kind, real[j]) for t_, kind, j in schedule(n, [jobs[i] for i in real], "simpy") if kind == "end"]
+        expected += [(arrive, "end", i) for i, (arrive, seconds) in enumerate(jobs) if seconds <= 0]
+        assert sorted(ends) == sorted(expected)
+        busy = unit.busy_core_seconds if isinstance(unit, CpuPool) else unit.busy_seconds
+        assert busy == pytest.approx(sum(seconds for _arrive, seconds in jobs))
 
 
 # -- errors ------------------------------------------------------------------

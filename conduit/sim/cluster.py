@@ -134,11 +134,16 @@ def lay_out(topology: Topology, workload: Workload) -> ClusterLayout:
         learner.runners.append(runner)
         learner_of_runner[runner.id] = learner
     feeds = {r.id: [learner_of_runner[r.id]] for r in runners}
-    for lr in learners:
-        if not lr.runners:  # fed by the least-loaded runner on its node, else any runner
-            local = [r for r in runners if r.node == lr.node] or runners
-            runner = min(local, key=lambda r: (len(feeds[r.id]), r.index))
-            feeds[runner.id].append(lr)
+    orphans = [lr for lr in learners if not lr.runners]
+    # learners with no runner of their own: first those with a runner on their node (least-loaded
+    # local runner), then the rest to the least-loaded runner anywhere, so feeds stay balanced
+    for lr in orphans:
+        local = [r for r in runners if r.node == lr.node]
+        if local:
+            feeds[min(local, key=lambda r: (len(feeds[r.id]), r.index)).id].append(lr)
+    for lr in orphans:
+        if not any(r.node == lr.node for r in runners):
+            feeds[min(runners, key=lambda r: (len(feeds[r.id]), r.index)).id].append(lr)
     driver_node = hosts[0]
     tiers = {t.id for t in topology.tiers}
     for lr in learners:

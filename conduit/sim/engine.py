@@ -139,6 +139,7 @@ class Simulation:
             for node in topology.nodes
         }
         self.compute = {lr.device: ComputeEngine(self.env, lr.device) for lr in self.layout.learners}
+        self._learners_by_id = {lr.id: lr for lr in self.layout.learners}
         self.ledger = TierLedger(self.env, topology)
         self.contract = workload.contract(runners=len(self.layout.runners))
         self.auditor = Auditor(self.contract, tier_capacities={k: int(v) for k, v in self.ledger.capacity.items()})
@@ -401,28 +402,35 @@ class Simulation:
 
         The driver shards the gathered episodes evenly, so every shard mixes every runner's early
         and late episodes (chunk i of runner j -> learner (i * runners + j) mod learners). The plane
-        keeps data local: chunk slots are visited in production order (i-th chunk of every runner,
-        then the next), each goes to the first learner the runner feeds that still needs chunks,
-        else to a learner on the runner's node that does, else to any learner that does."""
+        keeps data local and spread in time: chunk slots are visited in production order (the i-th
+        chunk of every runner, then the next), and each goes to a learner that still needs chunks —
+        one the runner feeds, else one on its node, else any — preferring a learner that got nothing
+        else in this slot (chunks finished together should not queue for one learner's GPU), then the
+        one the runner feeds first."""
         if self.path.route == "driver":
             return {r.id: [learners[(i * len(runners) + j) % len(learners)] for i in range(per_runner[j])]
                     for j, r in enumerate(runners)}
         need = {lr.id: per_learner for lr in learners}
+        last_slot = {lr.id: -1 for lr in learners}
         plan: dict[str, list[LearnerRole]] = {r.id: [] for r in runners}
         for i in range(max(per_runner, default=0)):
             for j, runner in enumerate(runners):
                 if i >= per_runner[j]:
                     continue
                 fed = self.layout.feeds[runner.id]
-                choice = (next((lr for lr in fed if need[lr.id] > 0), None)
-                          or next((lr for lr in learners if lr.node == runner.node and need[lr.id] > 0), None)
-                          or next(lr for lr in learners if need[lr.id] > 0))
+                choice = None
+                for pool in (fed, [lr for lr in learners if lr.node == runner.node], learners):
+                    open_ = [lr for lr in pool if need[lr.id] > 0]
+                    if open_:
+                        choice = min(open_, key=lambda lr: last_slot[lr.id] == i)
+                        break
                 need[choice.id] -= 1
+                last_slot[choice.id] = i
                 plan[runner.id].append(choice)
         return plan
 
     def _learner(self, lid: str) -> LearnerRole:
-        return next(lr for lr in self.layout.learners if lr.id == lid)
+        return self._learners_by_id[lid]
 
     def _checksum(self, cid: int) -> int:
         return (cid * 2654435761) & 0xFFFFFFFF
@@ -958,7 +966,12 @@ class Simulation:
             yield self.env.timeout(self.sample_time(w.fragment_length))
             lr = self.layout.target(runner, i // self.path.granularity)
             i += 1
-            # rate limiter, insert side: the runner blocks (backpressure) rather than run ahead
+            # rate limiter, insert side: the runner blocks (backpressure) rather than run ahead; a
+            # runner about to block first hands over what it is coalescing, or learners could
+            # starve on chunks the limiter has already counted as inserted
+            if group and self._limiter.would_block_insert(w.chunk_steps):
+                self.env.process(self._replay_ingest(runner, self._learner(group[0][1].learner), group))
+                group = []
             yield from self._limiter.insert(w.chunk_steps)
             if self._stop:
                 return
@@ -1055,7 +1068,10 @@ def split_fragments(workload: Workload, split: int) -> Workload:
     """
     from dataclasses import replace
 
-    pieces = max(1, min(split, workload.fragment_length))
+    # the smallest divisor of the fragment at or above the request: pieces stay equal, so batches
+    # (whole multiples of a chunk) keep exactly the steps the workload asks for
+    pieces = next(d for d in range(max(1, min(split, workload.fragment_length)), workload.fragment_length + 1)
+                  if workload.fragment_length % d == 0)
     return replace(workload, fragment_length=max(1, workload.fragment_length // pieces),
                    runner_call_overhead=workload.runner_call_overhead / pieces,
                    chunks_per_batch=workload.chunks_per_batch * pieces)  # APPO batches keep their steps
@@ -1135,6 +1151,9 @@ class _RateLimiter:
         self.sampled = 0
         self._inserters: deque[tuple[int, simpy.Event]] = deque()
         self._samplers: deque[tuple[int, simpy.Event]] = deque()
+
+    def would_block_insert(self, n: int) -> bool:
+        return bool(self._inserters) or not self.contract.can_insert(n, self.inserted, self.sampled)
 
     def insert(self, n: int) -> Generator:
         if self._inserters or not self.contract.can_insert(n, self.inserted, self.sampled):

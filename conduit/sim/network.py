@@ -143,7 +143,7 @@ def _edge_attribute(u: Hashable, v: Hashable, data: dict, name: str, unit: str, 
     return value
 
 
-def _grown(array: np.ndarray, size: int, fill: float | int) -> np.ndarray:
+def _grown(array: np.ndarray, size: int, fill: float) -> np.ndarray:
     """``array`` extended to at least ``size`` elements (doubling), new ones ``fill``."""
     new = max(8, 2 * array.size)
     while new < size:
@@ -182,8 +182,8 @@ class Network:
         # Per directed link, plus an always-idle sentinel at index n_links.
         self._link_rate = np.zeros(n_links + 1)  # sum of the rates of the flows on it
         self._count = [0] * n_links  # flows on each link
-        self._busy_s = [0.0] * n_links  # busy time up to _busy_since, for links with flows
-        self._busy_since = [0.0] * n_links
+        self._busy_s = [0.0] * n_links  # length of the link's finished busy periods
+        self._busy_since = [0.0] * n_links  # start of the current one (while count > 0)
 
         # Route classes (global ids; 0 is "no class", the class of free slots).
         self._class_of: dict[tuple[Hashable, Hashable], int] = {}
@@ -193,8 +193,8 @@ class Network:
         self._c_latency: list[float] = [0.0]
         self._c_mult: list[int] = [0]  # active flows in the class
         self._c_local: list[int] = [0]  # listed id (0: not listed)
-        self._c_bytes: list[float] = [0.0]  # bytes of the class's completed flows
         self._local_of = np.zeros(8, dtype=np.intp)  # the same, as an array
+        self._c_bytes: list[float] = [0.0]  # bytes the class's completed flows sent
 
         # Listed classes: those whose incidence entries are kept for the solver,
         # numbered compactly from 1 (0 is a dummy that never has a flow).
@@ -374,7 +374,7 @@ class Network:
         self._ent_c = self._ent_c[keep]
         self._ent_k = self._ent_k[keep]
         k_of, k_users = self._k_of, self._k_users
-        for lid in self._dead:
+        for lid in sorted(self._dead):
             cls = self._l_gid[lid]
             self._l_gid[lid] = 0
             self._c_local[cls] = 0
@@ -426,7 +426,7 @@ class Network:
         if self._all_alone(started, ended):
             self._flush_alone(started, set(ended))
         else:
-            self._resolve(started)
+            self._resolve(started, ended)
         self._arm()
 
     def _all_alone(self, started: list[tuple[int, int]], ended: list[int]) -> bool:
@@ -494,9 +494,12 @@ class Network:
             self.resolves += 1
             self.resolved_flows += len(started)
 
-    def _resolve(self, started: list[tuple[int, int]]) -> None:
+    def _resolve(self, started: list[tuple[int, int]], ended: list[int]) -> None:
         """Re-solve every active class; re-rate the flows whose class rate changed."""
         now = self.env.now
+        for cls in ended:
+            if not self._c_local[cls]:  # an unlisted class was alone: nobody else re-rates its links
+                self._link_rate[self._c_route[cls].links] = 0.0
         if self._unlisted:
             self._list(self._unlisted)
             self._unlisted = set()

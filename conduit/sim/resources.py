@@ -5,6 +5,8 @@
   busy node queues (FIFO). Busy core-seconds are recorded per node.
 * :class:`ComputeEngine` — a GPU (or the CPU learner) executing kernels one at a time: updates,
   value passes, device-side batch assembly.
+* :class:`FifoServer` — the FIFO multi-server both are built on: ``simpy.Resource`` semantics without
+  its request/release events.
 * :class:`TierLedger` — capacity accounting of every memory tier. A reservation that does not fit
   either waits (``reserve``) until space is released or is refused (``try_reserve``); occupancy never
   exceeds capacity, and every change is sampled into an occupancy trace.
@@ -22,34 +24,65 @@ from conduit.errors import ConduitError
 from conduit.topology import Topology
 
 
-class _FifoServer:
+def _processed_event(env: simpy.Environment) -> simpy.Event:
+    """An event that has already happened: a process that yields it goes on in the same step.
+
+    Shared by every caller that gets it, so nobody may add callbacks to it or trigger it.
+    """
+    event = simpy.Event(env)
+    event._ok = True
+    event._value = None
+    event.callbacks = None  # processed
+    return event
+
+
+class FifoServer:
     """``capacity`` identical servers with one FIFO queue: SimPy's ``Resource`` semantics, lighter.
 
-    Work that finds a free server starts at once and costs one timeout event; a ``Resource``
-    request/release pair costs a request event, a release event and the bookkeeping of both. Work
-    that finds every server busy waits in FIFO order; a finishing piece of work hands its server to
-    the head of the queue, as ``Resource.release`` does, and the waiter starts at the same instant.
-    Work is never interrupted (nothing in the simulator interrupts a process).
+    A ``Resource`` request/release pair costs a request event, a release event and the bookkeeping
+    of both, even when a server is free. Here work that finds a free server starts at once (one
+    timeout event for :meth:`hold`, no event at all for :meth:`acquire`); work that finds every
+    server busy waits in FIFO order, and whoever frees a server hands it to the head of the queue,
+    as ``Resource.release`` does, so the waiter starts at the same instant. Timing is that of a
+    ``Resource``; only the order of same-instant steps differs (a granted request no longer goes
+    through the event queue). Work is never interrupted (nothing in the simulator interrupts a
+    process).
     """
 
-    __slots__ = ("env", "capacity", "busy", "queue")
+    __slots__ = ("_granted", "busy", "capacity", "env", "queue")
 
     def __init__(self, env: simpy.Environment, capacity: int):
         self.env = env
         self.capacity = capacity
         self.busy = 0  # servers taken (running or just handed to a waiter)
         self.queue: deque[simpy.Event] = deque()
+        self._granted = _processed_event(env)
+
+    def acquire(self) -> simpy.Event:
+        """An event to yield that succeeds once a server is this caller's (already, if one is free)."""
+        if self.busy < self.capacity:
+            self.busy += 1
+            return self._granted
+        turn = self.env.event()
+        self.queue.append(turn)
+        return turn  # the server is handed over with the event: busy is unchanged
+
+    def release(self) -> None:
+        """Free a server: the head of the queue gets it now, else it goes idle."""
+        if self.queue:
+            self.queue.popleft().succeed()
+        else:
+            self.busy -= 1
 
     def hold(self, seconds: float) -> Generator[Any, Any, None]:
         """Take a server (waiting FIFO if all are busy), keep it ``seconds``, hand it on."""
-        env = self.env
         if self.busy < self.capacity:
             self.busy += 1
         else:
-            turn = env.event()
+            turn = self.env.event()
             self.queue.append(turn)
-            yield turn  # the server is handed over with the event: busy is unchanged
-        yield env.timeout(seconds)
+            yield turn
+        yield self.env.timeout(seconds)
         if self.queue:
             self.queue.popleft().succeed()
         else:
@@ -64,7 +97,7 @@ class CpuPool:
         self.node = node
         self.cores = cores
         self.speed = speed
-        self._server = _FifoServer(env, cores)
+        self._server = FifoServer(env, cores)
         self.busy_core_seconds = 0.0
 
     def work(self, core_seconds: float) -> Generator[Any, Any, None]:
@@ -82,7 +115,7 @@ class ComputeEngine:
     def __init__(self, env: simpy.Environment, device: str):
         self.env = env
         self.device = device
-        self._server = _FifoServer(env, 1)
+        self._server = FifoServer(env, 1)
         self.busy_seconds = 0.0
 
     def run(self, seconds: float) -> Generator[Any, Any, None]:
@@ -109,10 +142,7 @@ class TierLedger:
         # What reserve() returns when the bytes fit at once: an event already processed, so a
         # process that yields it goes on in the same step (no zero-delay event, no queueing
         # behind the rest of the instant).
-        self._granted = simpy.Event(env)
-        self._granted._ok = True
-        self._granted._value = None
-        self._granted.callbacks = None
+        self._granted = _processed_event(env)
 
     def fits(self, tier: str, nbytes: float) -> bool:
         return self.used[tier] + nbytes <= self.capacity[tier]

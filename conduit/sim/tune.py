@@ -65,6 +65,8 @@ SIGNIFICANT_DIGITS = 4
 DESIGN_SHARE = 0.4
 #: pattern-search step (fraction of a unit axis) at the start and at convergence
 FIRST_STEP, MIN_STEP = 0.25, 1 / 64
+#: integer parameters with at most this many values are scanned value by value at convergence
+SCAN_VALUES = 16
 #: proposals in a row that were all simulated before: the space is exhausted
 _MAX_REPEATS = 2000
 
@@ -347,6 +349,27 @@ class _Search:
         self.seen: dict[tuple, Trial] = {}
         self.best: Trial | None = None
         self.repeats = 0
+        #: parameters found flat (every probe tied); the final simplification resets them to default
+        self.flat: list[str] = []
+        self.finishing = False
+
+    @property
+    def reserved(self) -> int:
+        """Simulations kept for :meth:`simplify`: one per flat parameter off its default."""
+        if self.finishing or self.best is None:
+            return 0
+        return sum(1 for p in self.space if p.name in self.flat and self._resettable(p))
+
+    def _resettable(self, p: Param) -> bool:
+        return (p.name in self.defaults and contains((p,), self.defaults)
+                and _key({p.name: self.best.params.get(p.name)}) != _key({p.name: self.defaults[p.name]}))
+
+    def simplify(self) -> None:
+        """Set each flat parameter back to its default, kept when the run ties (or beats) the best."""
+        self.finishing = True
+        for p in self.space:
+            if p.name in self.flat and self._resettable(p):
+                self.run({**self.best.params, p.name: self.defaults[p.name]})
 
     @property
     def left(self) -> int:
@@ -367,7 +390,7 @@ class _Search:
             if trial is self.best:
                 return trial, "tie"
             return trial, self._status(trial)
-        if self.left <= 0:
+        if self.left <= self.reserved:
             raise _Budget
         self.repeats = 0
         trial = self.evaluate(params)
@@ -423,25 +446,27 @@ def _pattern_search(search: _Search, rng: np.random.Generator) -> None:
     docstring). Returns when the budget is spent or the space is exhausted (via :class:`_Budget`).
 
     Per sweep and coordinate: a step up, a step down; the first strict improvement is taken and
-    repeated while it pays. A coordinate whose every probe tied with the incumbent is *flat* for this
-    workload: it is set back to its default when that ties too (one more simulation, so the result
-    changes only what matters) and left alone until the next restart, so the budget goes to the
-    parameters that do matter."""
+    repeated while it pays. When neither helps, the axis' *landmarks* — both ends and the default —
+    are tried once (simulated responses are often jagged, and systems knobs are often best at an
+    end of their range). A coordinate whose step probes all tied with the incumbent is *flat* for
+    this workload: it is left alone until the next restart, so the budget goes to the parameters that
+    do matter, and one simulation is kept to set it back to its default at the end
+    (:meth:`_Search.simplify`: a tie there is adopted, so the result changes only what matters)."""
     space = search.space
     step = FIRST_STEP
     flat = [False] * len(space)
+    landmarked = [False] * len(space)
     while True:
         while step >= MIN_STEP:
             progressed = False
             for d, p in enumerate(space):
                 if flat[d]:
                     continue
-                outcomes = []
+                outcomes: list[str] = []
                 for direction in (1, -1):
                     for cand in _neighbours(space, encode(space, search.best.params), d, direction, step):
-                        _, status = search.at(cand)
-                        outcomes.append(status)
-                        if status == "better":
+                        outcomes.append(search.at(cand)[1])
+                        if outcomes[-1] == "better":
                             break
                     if outcomes and outcomes[-1] == "better":
                         progressed = True
@@ -450,19 +475,97 @@ def _pattern_search(search: _Search, rng: np.random.Generator) -> None:
                             if not nxt or search.at(nxt[0])[1] != "better":
                                 break
                         break
+                if progressed and outcomes[-1] == "better":
+                    continue
                 if outcomes and all(s == "tie" for s in outcomes):
                     flat[d] = True
-                    # a flat parameter goes back to its default (a tie there is adopted: simpler)
-                    if p.name in search.defaults and contains((p,), search.defaults) and \
-                            search.run({**search.best.params, p.name: search.defaults[p.name]})[1] == "better":
-                        progressed = True
+                    if p.name not in search.flat:
+                        search.flat.append(p.name)
+                elif not landmarked[d] and p.choices is None:
+                    landmarked[d] = True
+                    for value in _landmarks(p, search.defaults):
+                        if search.run({**search.best.params, p.name: value})[1] == "better":
+                            progressed = True
+                            break
             if not progressed:
                 step /= 2
-        # converged: explore until something beats the incumbent, then refine again
+        # converged: every value of each small integer parameter that matters (the default first),
+        # the others held — a neighbourhood the steps skip when the response has several valleys
+        if _scan_integers(search, flat):
+            step = FIRST_STEP / 2
+            continue
+        # then explore until something beats the incumbent, and refine again
         while True:
             if search.at(rng.random(len(space)))[1] == "better":
-                step, flat = FIRST_STEP / 2, [False] * len(space)
+                step, flat, landmarked = FIRST_STEP / 2, [False] * len(space), [False] * len(space)
                 break
+
+
+def _landmarks(p: Param, defaults: Mapping[str, Any]) -> list[Any]:
+    """Both ends of a range parameter's axis, then its default (when it lies in the space)."""
+    out = [from_unit(p, 0.0), from_unit(p, 1.0)]
+    if p.name in defaults and contains((p,), defaults) and defaults[p.name] not in out:
+        out.append(defaults[p.name])
+    return out
+
+
+def _scan_integers(search: _Search, flat: list[bool]) -> bool:
+    """Try every value of each non-flat integer parameter with at most :data:`SCAN_VALUES` values
+    around the incumbent (its default first); whether the incumbent improved."""
+    improved = False
+    for d, p in enumerate(search.space):
+        if flat[d] or p.choices is not None or not p.integer:
+            continue
+        lo, hi = _int_bounds(p)
+        if hi - lo + 1 > SCAN_VALUES:
+            continue
+        values = list(range(lo, hi + 1))
+        default = search.defaults.get(p.name)
+        if default in values:
+            values.remove(default)
+            values.insert(0, default)
+        for v in values:
+            if search.run({**search.best.params, p.name: v})[1] == "better":
+                improved = True
+    return improved
+
+
+def search_space(space: Sequence[Param], evaluate: Callable[[dict[str, Any]], Trial], defaults: Mapping[str, Any],
+                 *, budget: int, seed: int = 0, objective: str = DEFAULT_OBJECTIVE, tie_break: str | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> tuple[Trial | None, list[Trial]]:
+    """The search behind :func:`tune`, for any ``evaluate(params) -> Trial`` (lower metrics are better).
+
+    ``defaults`` are evaluated first; then, within ``budget`` distinct evaluations, the seeded search
+    the module docstring describes. Returns the best feasible trial (``None`` when none was, or when
+    the defaults could not be evaluated at all — their metrics carry ``error``) and every trial in
+    the order it ran."""
+    space = check_space(space)
+    keys = (objective, tie_break or objective)
+    search = _Search(space, evaluate, int(budget), keys, dict(defaults), progress)
+    rng = np.random.default_rng(seed)
+    default_trial, _ = search.run(dict(defaults))
+    if "error" in default_trial.metrics:
+        return None, search.history
+    try:
+        grid = _grid(space) if space_size(space) <= budget else None
+        if grid is not None and sum(_key(g) not in search.seen for g in grid) <= search.left:
+            for params in grid:
+                search.run(params)
+        else:
+            n_design = min(search.left, max(1, round(DESIGN_SHARE * (budget - 1))))
+            for params in sample_space(space, rng, n_design):
+                search.run(params)
+            while search.best is None:  # nothing feasible yet: keep exploring until something is
+                search.at(rng.random(len(space)))
+            _pattern_search(search, rng)
+    except _Budget:
+        pass
+    if search.best is not None:
+        try:
+            search.simplify()
+        except _Budget:
+            pass
+    return search.best, search.history
 
 
 def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, budget: int = DEFAULT_BUDGET,
@@ -531,35 +634,20 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
         feasible = metrics["violations"] == 0 and not math.isinf(_finite(metrics.get(objective)))
         return Trial(dict(params), metrics, feasible)
 
-    search = _Search(space, evaluate, budget, keys, dict(defaults), progress)
-    rng = np.random.default_rng(seed)
-    default_trial, _ = search.run(dict(defaults))
+    best, history = search_space(space, evaluate, defaults, budget=budget, seed=seed, objective=objective,
+                                 tie_break=keys[1], progress=progress)
+    default_trial = history[0]
     if "error" in default_trial.metrics:
         raise ConduitError(f"policy {label!r}: its defaults {defaults} cannot be simulated: "
                            f"{default_trial.metrics['error']}")
-    try:
-        grid = _grid(space) if space_size(space) <= budget else None
-        if grid is not None and sum(_key(g) not in search.seen for g in grid) <= search.left:
-            for params in grid:
-                search.run(params)
-        else:
-            n_design = min(search.left, max(1, round(DESIGN_SHARE * (budget - 1))))
-            for params in sample_space(space, rng, n_design):
-                search.run(params)
-            if search.best is None:  # nothing feasible yet: keep exploring until something is
-                while search.best is None:
-                    search.at(rng.random(len(space)))
-            _pattern_search(search, rng)
-    except _Budget:
-        pass
-    if search.best is None:
-        raise ConduitError(f"policy {label!r}: none of the {len(search.history)} parameter sets simulated for "
+    if best is None:
+        raise ConduitError(f"policy {label!r}: none of the {len(history)} parameter sets simulated for "
                            f"{wl.name} on {topo.name} was feasible (the defaults had "
                            f"{default_trial.metrics.get('violations')} audit violation(s)); nothing to choose")
     return TuneResult(
         policy=label, topology=topo.name, workload=wl.name, objective=objective, budget=budget, seed=seed,
-        iterations=iterations, best_params=dict(search.best.params), best_metrics=dict(search.best.metrics),
-        default_params=dict(defaults), default_metrics=dict(default_trial.metrics), history=search.history,
+        iterations=iterations, best_params=dict(best.params), best_metrics=dict(best.metrics),
+        default_params=dict(defaults), default_metrics=dict(default_trial.metrics), history=history,
         wall_s=time.perf_counter() - started,
     )
 
