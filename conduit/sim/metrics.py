@@ -140,9 +140,10 @@ class Recorder:
         return {n: float(np.mean([self.segments[k].get(n, 0.0) for k in iters])) for n in names}
 
     # -- traces ---------------------------------------------------------------------------------
-    def write_trace(self, path: str | Path) -> list[Path]:
+    def write_trace(self, path: str | Path, tiers: list[tuple[float, str, float]] | None = None) -> list[Path]:
         """Per-chunk and per-update traces as CSV (``FILE`` and ``FILE`` with ``.updates`` before the
-        suffix), or Parquet when the suffix is ``.parquet`` and pyarrow is installed."""
+        suffix), or Parquet when the suffix is ``.parquet`` and pyarrow is installed; with ``tiers``
+        (time, tier, bytes used) also the tier occupancy over time (``FILE.tiers``)."""
         path = Path(path)
         chunk_rows = [
             {
@@ -174,6 +175,8 @@ class Recorder:
             for u in self.updates
         ]
         update_path = path.with_name(f"{path.stem}.updates{path.suffix}")
+        tier_rows = [{"t": t, "tier": tier, "used_bytes": used} for t, tier, used in (tiers or [])]
+        tier_path = path.with_name(f"{path.stem}.tiers{path.suffix}")
         if path.suffix == ".parquet":
             from conduit.errors import ConduitError
 
@@ -184,13 +187,17 @@ class Recorder:
                 raise ConduitError("--trace FILE.parquet needs pyarrow; use a .csv file name instead") from None
             pq.write_table(pa.Table.from_pylist(chunk_rows), path)
             pq.write_table(pa.Table.from_pylist(update_rows), update_path)
+            if tier_rows:
+                pq.write_table(pa.Table.from_pylist(tier_rows), tier_path)
         else:
-            for rows, target in ((chunk_rows, path), (update_rows, update_path)):
+            for rows, target in ((chunk_rows, path), (update_rows, update_path), (tier_rows, tier_path)):
+                if target is tier_path and not tier_rows:
+                    continue
                 with open(target, "w", newline="") as handle:
                     writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["empty"])
                     writer.writeheader()
                     writer.writerows(rows)
-        return [path, update_path]
+        return [path, update_path] + ([tier_path] if tier_rows else [])
 
 
 def dumps(obj: Any) -> str:

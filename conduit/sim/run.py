@@ -80,7 +80,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     progress = _Progress(f"simulating {args.workload} on {args.topology}") if show_progress else None
     result = simulate(args.topology, args.workload, args.policy, iterations=args.iterations, seed=args.seed,
                       params=params, progress=progress)
-    written = result.recorder.write_trace(args.trace) if args.trace else []
+    written = result.recorder.write_trace(args.trace, tiers=result.tier_trace) if args.trace else []
     if args.json:
         print(dumps(result.to_dict()))
         return 0

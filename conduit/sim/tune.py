@@ -612,9 +612,9 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
         raise ConduitError(f"policy {policy!r} is not a complete policy (got {type(default_policy).__name__})")
     label = policy if isinstance(policy, str) else default_policy.name
     if not default_policy.space:
-        declared = f" (it has parameters {sorted(default_policy.params)}, but no search space)" \
-            if default_policy.params else ""
-        raise ConduitError(f"policy {label!r} declares no tunable parameters (Policy.space is empty){declared}; "
+        takes = (f" (it takes parameters {sorted(default_policy.params)} but declares no search space for them)"
+                 if default_policy.params else "")
+        raise ConduitError(f"policy {label!r} declares no tunable parameters: its Policy.space is empty{takes}; "
                            "nothing to tune")
     space = check_space(default_policy.space, f"policy {label!r}")
     defaults = {p.name: default_policy.params[p.name] for p in space if p.name in default_policy.params}
