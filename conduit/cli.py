@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     pol_list.set_defaults(handler=cmd_policies_list)
 
     import conduit.sim.run  # noqa: F401 - registers 'conduit sim'
-    import conduit.sim.tune  # noqa: F401 - registers 'conduit tune'
+    import conduit.sim.tune as _tune  # noqa: F401 - registers 'conduit tune'
 
     for register in _EXTRA_COMMANDS:
         register(sub)

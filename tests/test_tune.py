@@ -153,8 +153,12 @@ def test_search_never_worse_than_defaults_and_small_discrete_spaces_are_enumerat
                                  budget=20, seed=0, objective="f")
     assert len(history) == 6  # all of it, once each
     assert best.params == {"depth": 2, "mode": "a"}  # every tie goes to the defaults
+    best, history = search_space(SPACE, _objective, {**DEFAULTS, "size": 2e8}, budget=5, seed=0, objective="f")
+    assert len(history) == 1 and best is None  # defaults that cannot even run stop the search
+    best, history = search_space(SPACE, _objective, {**DEFAULTS, "mode": "c"}, budget=5, seed=0, objective="f")
+    assert not history[0].feasible and best is not None and best.feasible  # infeasible defaults are beaten
     best, history = search_space(SPACE, _objective, DEFAULTS, budget=1, seed=0, objective="f")
-    assert len(history) == 1 and best is None  # the defaults failed and there was no budget left
+    assert history == [best] and best.params == DEFAULTS
 
 
 # ------------------------------------------------------------------------------- the simulator
@@ -199,7 +203,7 @@ def test_cli_writes_a_file_that_sim_reproduces(tuned, tmp_path):
     for words in ("parameter", "target_chunk_bytes", "exposed experience-path latency", "iteration time",
                   "default/best", "reduction", str(out)):
         assert words in proc.stdout, proc.stdout
-    assert proc.stderr == ""  # no progress bar off a terminal
+    assert "simulations" not in proc.stderr  # no progress bar off a terminal
     params = load_params(out, "conduit")
     assert params == result.best_params  # the CLI, another process, made the same choices
     data = json.loads(out.read_text())
@@ -221,7 +225,7 @@ def test_cli_writes_a_file_that_sim_reproduces(tuned, tmp_path):
 
 def test_cli_default_output_path(tmp_path):
     proc = run("tune", "--topology", TOPOLOGY, "--workload", WORKLOAD, "--policy", "conduit", "--budget", "1",
-               "--iterations", "1", "--quiet", cwd=tmp_path)
+               "--iterations", "2", "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     path = tmp_path / "results" / f"tuned-conduit-{WORKLOAD}-{TOPOLOGY}.json"
     assert load_params(path, "conduit") == create_policy("conduit").params  # budget 1: the defaults
@@ -233,7 +237,7 @@ def test_tune_a_policy_factory_with_a_small_discrete_space():
         policy = conduit(**kw)
         return replace(policy, space=(Param("depth", choices=(1, 2)), Param("granularity", choices=(1, 2))))
 
-    result = tune(TOPOLOGY, WORKLOAD, factory, budget=10, iterations=1)
+    result = tune(TOPOLOGY, WORKLOAD, factory, budget=10, iterations=2)
     assert result.policy == "conduit" and result.simulations == 4  # enumerated, each once
     assert {tuple(sorted(t.params.items())) for t in result.history} == {
         (("depth", d), ("granularity", g)) for d in (1, 2) for g in (1, 2)}
@@ -245,6 +249,7 @@ def test_tune_a_policy_factory_with_a_small_discrete_space():
     ({"policy": "conduit", "budget": 0}, "budget must be an integer >= 1"),
     ({"policy": "conduit", "iterations": 0}, "iterations must be"),
     ({"policy": "conduit", "objective": "experience_share"}, "unknown objective"),
+    ({"policy": "conduit", "iterations": 1}, "undefined for ppo with 1 iteration"),
     ({"policy": "no-such-policy"}, "unknown policy 'no-such-policy'"),
 ])
 def test_api_errors(kwargs, words):

@@ -28,10 +28,17 @@ solve costs O(rounds x entries) in C.
 :func:`progressive_filling_reference` is the textbook water-filling with Python
 loops, kept as the oracle for tests and the baseline for the benchmark.
 
+With ``weights``, one row of the incidence stands for several identical flows
+(same links, hence the same max-min rate): :class:`~conduit.sim.network.Network`
+solves one row per route class, weighted by the flows in it. Because the
+bottleneck rounds act on every component at once and each component's
+arithmetic only involves its own links, solving all active classes together
+gives every component the rates it would get alone.
+
 :func:`component` finds what a change disturbs: the flows and links connected
 to some seed links in the flow–link bipartite graph. When a flow starts or ends,
-only the rates in its component can change, so the network re-solves only that
-(:func:`resolve_component`).
+only the rates in its component can change; :func:`resolve_component` re-solves
+just that (the benchmark's unit of work).
 """
 
 from __future__ import annotations
@@ -53,11 +60,13 @@ def max_min_rates(
     *,
     rtol: float = RTOL,
     weights: np.ndarray | None = None,
+    unconstrained: float = np.inf,
 ) -> np.ndarray:
     """Max-min fair rates of ``n_flows`` flows; ``flows[k]`` crosses ``links[k]``.
 
     ``capacity[l]`` is link ``l``'s capacity (> 0). Returns a float array of
-    ``n_flows`` rates (``inf`` for a flow that crosses no link).
+    ``n_flows`` rates (``unconstrained``, by default ``inf``, for a flow that
+    crosses no link).
 
     ``weights[i]`` (optional, integers >= 1 as floats) makes flow ``i`` stand for
     that many identical flows — flows with the same links, which max-min
@@ -69,7 +78,7 @@ def max_min_rates(
     n_links = remaining.size
     if n_flows is None:
         n_flows = int(f.max()) + 1 if f.size else 0
-    rates = np.full(n_flows, np.inf)
+    rates = np.full(n_flows, unconstrained, dtype=np.float64)
     if not f.size:
         return rates
     if weights is None:

@@ -35,11 +35,11 @@ no solve at all.
 *Re-solves.* Otherwise the instant re-solves every active class at once with
 the vectorised bottleneck algorithm: it fixes every local bottleneck of every
 component in the same round, so independent components cost no extra rounds,
-and the arithmetic of each component is the same as if it were solved alone —
-a class whose component did not change gets bit-for-bit its old rate. Only
+and the arithmetic of each component is the same as if it were solved alone,
+so a class whose component did not change gets bit for bit its old rate. Only
 flows whose class rate changed (and the new ones) have their progress advanced
 and their finish re-predicted; every other flow keeps its predicted finish
-time. The solve runs on compact numberings of the classes and links in use
+time, exactly as a component-local re-solve would leave it. The solve runs on compact numberings of the classes and links in use
 (incidence entries are kept incrementally and compacted when classes empty),
 so its cost follows the active flows, not the size of the fabric.
 
@@ -509,8 +509,8 @@ class Network:
         if self._dead:
             live = l_mult[ent_c] > 0
             ent_c, ent_k = ent_c[live], ent_k[live]
-        solved = maxmin.max_min_rates(ent_c, ent_k, self._k_cap[: self._n_k], n_l, weights=l_mult)
-        new = np.where(l_mult > 0, solved, 0.0)
+        # classes without flows (and the dummy, and free ids) have no entries: rate 0
+        new = maxmin.max_min_rates(ent_c, ent_k, self._k_cap[: self._n_k], n_l, weights=l_mult, unconstrained=0.0)
         changed = new != self._l_rate[:n_l]
         self._l_rate[:n_l] = new
 

@@ -21,18 +21,27 @@ it — and choices into one equal cell per choice. Given a budget of *N* simulat
 1. the defaults (1 simulation);
 2. a seeded Latin-hypercube design (``scipy.stats.qmc``) of about 40 % of the budget, which sees the
    whole space and tells which parameters matter;
-3. a pattern search around the incumbent: per coordinate, a step up and a step down (reals by the
-   current step, integers by at least one value, choices by every other choice), a successful step
-   repeated while it keeps improving, the step halved after a sweep without progress; once it is
-   below 1/64 of the axis the search is converged and the rest of the budget goes to fresh seeded
-   random points, any improvement restarting the local search.
+3. a coordinate pattern search around the incumbent: per parameter a step up and a step down (reals
+   by the current step, integers by at least one value, choices: every other choice), a successful
+   step repeated while it keeps improving; when both steps lose, a real parameter tries the minimum
+   of the parabola through the three points, and each range parameter once tries its *landmarks*
+   (both ends of its range and its default — simulated responses are jagged, and systems knobs are
+   often best at an end). The step halves after a sweep without progress. A parameter whose every
+   probe tied with the incumbent is *flat* for this workload and is not probed again;
+4. once the step is below 1/64 of an axis, every value of each small integer parameter that matters
+   (at most :data:`SCAN_VALUES`), then seeded random points, any improvement restarting step 3;
+5. the last simulations (reserved as flat parameters are found) set each flat parameter back to
+   its default: among equally good results the one that changes fewer defaults wins, so the
+   written file changes only what matters.
 
 When every parameter is discrete and the whole space fits the budget it is simply enumerated.
 Parameters already simulated are never simulated again (the budget counts distinct simulations), so
-the search may stop early on a small discrete space. Everything draws from one
+the search may stop early on a small discrete space. :func:`search_space` is the search alone, for
+any objective function (the tests drive it with synthetic ones). Everything draws from one
 ``numpy.random.default_rng(seed)`` and the simulator runs with the same ``seed``: for a given seed the
 search, its history and its result are identical from run to run, and
-``conduit sim --params FILE --seed S --iterations K`` reproduces the tuned metrics exactly.
+``conduit sim --params FILE --seed S --iterations K`` reproduces the tuned metrics exactly (the
+file records ``seed`` and ``iterations``).
 """
 
 from __future__ import annotations
@@ -40,18 +49,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import numbers
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from conduit.cli import extra_command
 from conduit.errors import ConduitError
 from conduit.policy import Param, Policy
+
+if TYPE_CHECKING:  # numpy and scipy load on first use: `conduit --help` stays fast
+    import numpy as np
 
 OBJECTIVES = ("iteration_time_s", "exposed_experience_path_s")
 DEFAULT_OBJECTIVE = "iteration_time_s"
@@ -167,6 +178,8 @@ def decode(space: Sequence[Param], u: Sequence[float]) -> dict[str, Any]:
 
 def encode(space: Sequence[Param], params: Mapping[str, Any]) -> np.ndarray:
     """The unit-cube point of ``params`` (a parameter missing from ``params`` sits mid-axis)."""
+    import numpy as np
+
     return np.array([to_unit(p, params[p.name]) if p.name in params else 0.5 for p in space], dtype=float)
 
 
@@ -446,7 +459,8 @@ def _pattern_search(search: _Search, rng: np.random.Generator) -> None:
     docstring). Returns when the budget is spent or the space is exhausted (via :class:`_Budget`).
 
     Per sweep and coordinate: a step up, a step down; the first strict improvement is taken and
-    repeated while it pays. When neither helps, the axis' *landmarks* — both ends and the default —
+    repeated while it pays. When neither helps, a real parameter tries the minimum of the parabola
+    through the three points, and then the axis' *landmarks* — both ends and the default —
     are tried once (simulated responses are often jagged, and systems knobs are often best at an
     end of their range). A coordinate whose step probes all tied with the incumbent is *flat* for
     this workload: it is left alone until the next restart, so the budget goes to the parameters that
@@ -463,10 +477,14 @@ def _pattern_search(search: _Search, rng: np.random.Generator) -> None:
                 if flat[d]:
                     continue
                 outcomes: list[str] = []
+                probes: dict[int, Trial] = {}
+                centre = encode(space, search.best.params)
                 for direction in (1, -1):
-                    for cand in _neighbours(space, encode(space, search.best.params), d, direction, step):
-                        outcomes.append(search.at(cand)[1])
-                        if outcomes[-1] == "better":
+                    for cand in _neighbours(space, centre, d, direction, step):
+                        trial, status = search.at(cand)
+                        outcomes.append(status)
+                        probes[direction] = trial
+                        if status == "better":
                             break
                     if outcomes and outcomes[-1] == "better":
                         progressed = True
@@ -481,9 +499,14 @@ def _pattern_search(search: _Search, rng: np.random.Generator) -> None:
                     flat[d] = True
                     if p.name not in search.flat:
                         search.flat.append(p.name)
+                    continue
+                if _parabola(search, d, centre, step, probes):
+                    progressed = True
                 elif not landmarked[d] and p.choices is None:
                     landmarked[d] = True
-                    for value in _landmarks(p, search.defaults):
+                    # an end beyond an infeasible step is left out: infeasibility rarely ends there
+                    for value in _landmarks(p, search.defaults, low=not _failed(probes, -1),
+                                            high=not _failed(probes, 1)):
                         if search.run({**search.best.params, p.name: value})[1] == "better":
                             progressed = True
                             break
@@ -501,9 +524,31 @@ def _pattern_search(search: _Search, rng: np.random.Generator) -> None:
                 break
 
 
-def _landmarks(p: Param, defaults: Mapping[str, Any]) -> list[Any]:
-    """Both ends of a range parameter's axis, then its default (when it lies in the space)."""
-    out = [from_unit(p, 0.0), from_unit(p, 1.0)]
+def _parabola(search: _Search, d: int, centre: np.ndarray, step: float, probes: dict[int, Trial]) -> bool:
+    """For a real parameter bracketed by two worse probes one ``step`` either side of the incumbent,
+    try the minimum of the parabola through the three (successive parabolic interpolation); whether
+    it improved the incumbent."""
+    p = search.space[d]
+    if p.choices is not None or p.integer or set(probes) != {1, -1} or not all(t.feasible for t in probes.values()):
+        return False
+    key = search.keys[0]
+    lo, mid, hi = (_finite(t.metrics.get(key)) for t in (probes[-1], search.best, probes[1]))
+    curvature = lo - 2 * mid + hi
+    if not all(map(math.isfinite, (lo, mid, hi))) or curvature <= 0:
+        return False
+    u = centre.copy()
+    u[d] = min(1.0, max(0.0, centre[d] + step * (lo - hi) / (2 * curvature)))
+    return search.at(u)[1] == "better"
+
+
+def _failed(probes: Mapping[int, Trial], direction: int) -> bool:
+    return direction in probes and not probes[direction].feasible
+
+
+def _landmarks(p: Param, defaults: Mapping[str, Any], *, low: bool = True, high: bool = True) -> list[Any]:
+    """Both ends of a range parameter's axis (those asked for), then its default (when it lies in
+    the space)."""
+    out = [from_unit(p, 0.0)] * low + [from_unit(p, 1.0)] * high
     if p.name in defaults and contains((p,), defaults) and defaults[p.name] not in out:
         out.append(defaults[p.name])
     return out
@@ -542,6 +587,8 @@ def search_space(space: Sequence[Param], evaluate: Callable[[dict[str, Any]], Tr
     space = check_space(space)
     keys = (objective, tie_break or objective)
     search = _Search(space, evaluate, int(budget), keys, dict(defaults), progress)
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     default_trial, _ = search.run(dict(defaults))
     if "error" in default_trial.metrics:
@@ -589,9 +636,9 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
     started = time.perf_counter()
     if objective not in OBJECTIVES:
         raise ConduitError(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
         raise ConduitError(f"budget must be an integer >= 1 (simulations, the defaults included), got {budget!r}")
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
+    if isinstance(iterations, bool) or not isinstance(iterations, numbers.Integral) or iterations < 1:
         raise ConduitError(f"iterations must be an integer >= 1, got {iterations!r}")
     budget, iterations, seed = int(budget), int(iterations), int(seed)
     if isinstance(policy, str):
@@ -640,6 +687,9 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
     if "error" in default_trial.metrics:
         raise ConduitError(f"policy {label!r}: its defaults {defaults} cannot be simulated: "
                            f"{default_trial.metrics['error']}")
+    if math.isinf(_finite(default_trial.metrics.get(objective))):
+        raise ConduitError(f"objective {objective!r} is undefined for {wl.name} with {iterations} iteration(s) "
+                           f"(the first updates are warm-up, not measured): use more iterations")
     if best is None:
         raise ConduitError(f"policy {label!r}: none of the {len(history)} parameter sets simulated for "
                            f"{wl.name} on {topo.name} was feasible (the defaults had "
@@ -654,9 +704,11 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
 
 def _plain(v: Any) -> Any:
     """numpy scalars as Python numbers (JSON-friendly)."""
-    if isinstance(v, np.integer):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, numbers.Integral):
         return int(v)
-    if isinstance(v, np.floating):
+    if isinstance(v, numbers.Real):
         return float(v)
     return v
 
@@ -707,12 +759,16 @@ class _Bar:
 
 
 def _time(seconds: Any) -> str:
-    from conduit.units import Kind, format_quantity
-
+    """Seconds with five significant digits (gains of a fraction of a percent stay visible)."""
     x = _finite(seconds)
     if math.isinf(x):
         return "n/a"
-    return format_quantity(x, Kind.TIME) if x > 0 else "0 s"
+    if x <= 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if x >= scale:
+            return f"{x / scale:.5g} {unit}"
+    return f"{x / 1e-9:.5g} ns"
 
 
 def _value(v: Any) -> str:
