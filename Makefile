@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/audit_throughput.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check conduit tests studies benchmarks
+	$(VENV)/bin/ruff check conduit tests studies benchmarks examples
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis

@@ -57,7 +57,7 @@ class OverCapacity:
 
     def place(self, chunk, view):
         node = view.learners[chunk.consumer].node
-        return Placement(sorted(t.id for t in view.tiers_on(node, "hbm"))[0])
+        return Placement(min(t.id for t in view.tiers_on(node, "hbm")))
 
     def spill(self, tier, nbytes, view):
         return []

@@ -51,22 +51,24 @@ class BandwidthAwarePlacement:
     peers: bool = True
     name: str = "bandwidth-aware"
 
-    def candidates(self, chunk: ChunkInfo, view: ClusterView, nbytes: float | None = None) -> list[TierState]:
+    def candidates(self, chunk: ChunkInfo, view: ClusterView, nbytes: float | None = None,
+                   complete: bool = False) -> list[TierState]:
         """Tiers worth pricing, nearest first. Peers' HBM only when the consumer's own HBM has no
         room, NVMe only when no memory tier has: a slower tier never wins while a faster one
-        fits, so pricing it would only cost decision time."""
+        fits, so pricing it would only cost decision time. ``complete`` lists every tier a chunk
+        could ever use (for the exact assignment, whose capacities are coupled across chunks)."""
         learner = view.learners.get(chunk.consumer) if chunk.consumer is not None else None
         node = learner.node if learner is not None else chunk.node
         need = chunk.nbytes if nbytes is None else nbytes
         own = view.hbm_of(learner.device) if learner is not None else None
         out: list[TierState] = [view.tiers[own]] if own is not None else []
-        if self.peers and not (out and self.feasible(out[0], need)):
+        if self.peers and (complete or not (out and self.feasible(out[0], need))):
             out.extend(t for t in view.tiers_on(node, TierKind.HBM) if t.id != own)
         out.extend(view.tiers_on(node, TierKind.PINNED))
         out.extend(view.tiers_on(node, TierKind.PAGEABLE))
         if chunk.node != node:
             out.extend(view.tiers_on(chunk.node, TierKind.PINNED))
-        if not any(self.feasible(t, need) for t in out):
+        if complete or not any(self.feasible(t, need) for t in out):
             out.extend(view.tiers_on(node, TierKind.NVME))
         return out
 
@@ -74,12 +76,12 @@ class BandwidthAwarePlacement:
         """Predicted seconds from the producer's staging slot to the consumer's device, via ``tier``.
 
         Equal times are broken towards the consumer (HBM before host memory before NVMe) by a
-        nanosecond per level: data already on the device needs no later move, and every byte left
+        millionth per level: data already on the device needs no later move, and every byte left
         in host memory holds a staging slot that the next ingestion needs."""
         source = _staging_tier(chunk, view)
         first = view.transfer_time(source, tier.id, chunk.nbytes) if source is not None else 0.0
         second = view.time_to_ready(tier.id, chunk.consumer, chunk.nbytes) if chunk.consumer is not None else 0.0
-        return first + second + 1e-9 * SPILL_ORDER.index(tier.kind)
+        return (first + second) * (1.0 + 1e-6 * SPILL_ORDER.index(tier.kind)) + 1e-12 * SPILL_ORDER.index(tier.kind)
 
     def feasible(self, tier: TierState, nbytes: float) -> bool:
         return tier.used + nbytes <= tier.capacity * (1.0 - self.headroom)
@@ -140,14 +142,14 @@ def assign_optimal(chunks: Sequence[ChunkInfo], view: ClusterView, placement: Ba
     tiers: list[TierState] = []
     seen: set[str] = set()
     for chunk in chunks:
-        for tier in placement.candidates(chunk, view):
+        for tier in placement.candidates(chunk, view, complete=True):
             if tier.id not in seen:
                 seen.add(tier.id)
                 tiers.append(tier)
     n_c, n_t = len(chunks), len(tiers)
     big = 1e9
     cost = np.full((n_c, n_t), big)
-    allowed = {(c, t.id) for c, chunk in enumerate(chunks) for t in placement.candidates(chunk, view)}
+    allowed = {(c, t.id) for c, chunk in enumerate(chunks) for t in placement.candidates(chunk, view, complete=True)}
     for c, chunk in enumerate(chunks):
         for t, tier in enumerate(tiers):
             if (c, tier.id) in allowed:
@@ -161,17 +163,22 @@ def assign_optimal(chunks: Sequence[ChunkInfo], view: ClusterView, placement: Ba
             room[t, c * n_t + t] = chunk.nbytes
     room_limit = np.array([max(0.0, t.capacity * (1 - placement.headroom) - t.used) for t in tiers])
     upper = np.array([[0.0 if cost[c, t] >= big else 1.0 for t in range(n_t)] for c in range(n_c)]).ravel()
+    finite = cost[cost < big]
+    scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0  # seconds -> O(1) for the solver's gaps
     result = milp(
-        c=np.where(cost >= big, 0.0, cost).ravel(),
+        c=np.where(cost >= big, 0.0, cost / scale).ravel(),
         constraints=[LinearConstraint(one_each, 1, 1), LinearConstraint(room, 0, room_limit)],
         integrality=np.ones(n_c * n_t),
         bounds=Bounds(0, upper),
+        options={"mip_rel_gap": 1e-12},
     )
     if not result.success:
         raise InvalidDecision(placement.name, [c.chunk_id for c in chunks], f"no feasible assignment: {result.message}")
     x = result.x.reshape(n_c, n_t)
-    chosen = [tiers[int(np.argmax(x[c]))].id for c in range(n_c)]
-    return chosen, float(result.fun)
+    picks = [int(np.argmax(x[c])) for c in range(n_c)]
+    # the cost of the rounded assignment, summed exactly (the solver's objective carries its
+    # feasibility tolerance on x)
+    return [tiers[t].id for t in picks], float(sum(cost[c, t] for c, t in enumerate(picks)))
 
 
 def greedy_gap(chunks: Sequence[ChunkInfo], view, placement: BandwidthAwarePlacement) -> tuple[float, float]:

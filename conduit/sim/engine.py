@@ -40,6 +40,7 @@ Every ingestion, placement, move, delivery, consumption, eviction and drop is re
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import deque
 from collections.abc import Callable, Generator
@@ -57,7 +58,7 @@ from conduit.sim.cluster import ClusterLayout, LearnerRole, RunnerRole, lay_out
 from conduit.sim.metrics import ChunkTrace, Recorder, UpdateTrace
 from conduit.sim.network import Network
 from conduit.sim.params import PlaneCosts, StockCosts
-from conduit.sim.resources import ComputeEngine, CpuPool, TierLedger
+from conduit.sim.resources import ComputeEngine, CpuPool, FifoServer, TierLedger
 from conduit.sim.view import SimClusterView
 from conduit.sim.workload import Workload
 from conduit.topology import TierKind, Topology
@@ -146,7 +147,7 @@ class Simulation:
         self.auditor = Auditor(self.contract, tier_capacities={k: int(v) for k, v in self.ledger.capacity.items()})
         self.rec = Recorder()
         self.view = SimClusterView(self)
-        self.driver_thread = simpy.Resource(self.env, capacity=1)
+        self.driver_thread = FifoServer(self.env, 1)
         self.version = 0
         self._next_chunk = 0
         self._location: dict[int, str] = {}
@@ -189,9 +190,11 @@ class Simulation:
 
     def on_driver(self, seconds: float) -> Generator:
         """Work on the driver's single Python thread (and a core of its node)."""
-        with self.driver_thread.request() as req:
-            yield req
+        yield self.driver_thread.acquire()
+        try:
             yield from self.cpu(self.layout.driver_node, seconds)
+        finally:
+            self.driver_thread.release()
 
     def transfer(self, src: str, dst: str, nbytes: float) -> Generator:
         if src != dst and nbytes > 0:
@@ -284,7 +287,7 @@ class Simulation:
             if not self.ledger.fits(tier, chunk.nbytes):
                 raise InvalidDecision(self.policy.placement.name, tier,
                                       f"over capacity ({chunk.nbytes} bytes do not fit)")
-            kind = self.view.tiers[tier].kind
+            kind = self.topology.tier(tier).kind
             if kind is TierKind.HBM and tier != learner.hbm and self.topology.tier(tier).node != learner.node:
                 raise InvalidDecision(self.policy.placement.name, tier, "HBM of another node than the consumer's")
             return tier
@@ -300,12 +303,19 @@ class Simulation:
         algorithm = self.workload.algorithm
         loop = {"ppo": self.ppo_loop, "appo": self.appo_loop, "dqn": self.dqn_loop}[algorithm]
         done = self.env.process(loop())
+        # the run allocates millions of small, acyclic objects (events, traces); the cyclic garbage
+        # collector would rescan the growing heap over and over (~30% of the run) for nothing
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             self.env.run(until=done)
         except RuntimeError as exc:
             if "No scheduled events left" not in str(exc):
                 raise
             raise ConduitError(self._stall_report()) from None
+        finally:
+            if collecting:
+                gc.enable()
         audit = self.auditor.finish(self.env.now)
         horizon = max(self.env.now, 1e-12)
         link_util = {
@@ -541,7 +551,7 @@ class Simulation:
         for chunk, _ in group:
             yield from self.place_in(chunk.id, tier)
         tier_device = self.topology.tier(tier).device
-        dst_kind = self.view.tiers[tier].kind
+        dst_kind = self.topology.tier(tier).kind
         if dst_kind is TierKind.HBM:
             if not self.path.pinned:
                 yield from self.cpu(runner.node, nbytes / self.staging_bandwidth(runner.memory))

@@ -88,12 +88,11 @@ def max_min_rates(
         w = np.asarray(weights, dtype=np.float64)[f]  # per entry
         count = np.bincount(l_, weights=w, minlength=n_links)
     fixed = np.zeros(n_flows, dtype=bool)
-    share = np.empty(n_links)
+    share = np.zeros(n_links)  # a link without unfixed flows keeps a stale share: no entry reads it
     tightest = np.empty(n_flows)  # per flow: the smallest share among its links
     seen = np.empty(n_links)  # per link: the smallest share its flows see anywhere
     level = 1.0 + rtol
     while True:
-        # Links without unfixed flows keep a stale share: no entry reads it.
         np.divide(remaining, count, out=share, where=count > 0)
         tightest.fill(np.inf)
         np.minimum.at(tightest, f, share[l_])

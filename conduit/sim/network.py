@@ -519,7 +519,7 @@ class Network:
         mark = changed[local]
         for slot, _cls in started:
             mark[slot] = True
-        flows = np.flatnonzero(mark)
+        flows = mark.nonzero()[0]
         if flows.size:
             rem = self._remaining[flows] - (now - self._t_last[flows]) * self._rate[flows]
             np.maximum(rem, 0.0, out=rem)
@@ -572,7 +572,7 @@ class Network:
         t_finish = self._t_finish
         left = self._remaining - (now - self._t_last) * self._rate
         done = (t_finish <= now) | (left <= self._tol)  # free slots: inf and -1, never done
-        slots = np.flatnonzero(done).tolist()
+        slots = done.nonzero()[0].tolist()
         if not slots:
             self._arm()
             return

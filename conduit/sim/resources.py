@@ -148,9 +148,12 @@ class TierLedger:
         return self.used[tier] + nbytes <= self.capacity[tier]
 
     def try_reserve(self, tier: str, nbytes: float) -> bool:
-        if not self.fits(tier, nbytes) or self._waiters.get(tier):
+        used = self.used[tier] + nbytes
+        if used > self.capacity[tier] or self._waiters.get(tier):
             return False
-        self._take(tier, nbytes)
+        self.used[tier] = used
+        self.peak[tier] = max(self.peak[tier], used)
+        self.trace.append((self.env.now, tier, used))
         return True
 
     def reserve(self, tier: str, nbytes: float) -> simpy.Event:
@@ -167,10 +170,11 @@ class TierLedger:
         return event
 
     def release(self, tier: str, nbytes: float) -> None:
-        self.used[tier] -= nbytes
-        if self.used[tier] < 1e-6 * max(1.0, nbytes):
-            self.used[tier] = max(0.0, self.used[tier])
-        self.trace.append((self.env.now, tier, self.used[tier]))
+        used = self.used[tier] - nbytes
+        if used < 1e-6 * max(1.0, nbytes):
+            used = max(0.0, used)
+        self.used[tier] = used
+        self.trace.append((self.env.now, tier, used))
         queue = self._waiters.get(tier)
         while queue and self.fits(tier, queue[0][0]):
             nbytes_w, event = queue.popleft()
@@ -178,6 +182,6 @@ class TierLedger:
             event.succeed()
 
     def _take(self, tier: str, nbytes: float) -> None:
-        self.used[tier] += nbytes
-        self.peak[tier] = max(self.peak[tier], self.used[tier])
-        self.trace.append((self.env.now, tier, self.used[tier]))
+        used = self.used[tier] = self.used[tier] + nbytes
+        self.peak[tier] = max(self.peak[tier], used)
+        self.trace.append((self.env.now, tier, used))
