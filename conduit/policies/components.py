@@ -53,19 +53,25 @@ class TierPreference:
     def spill(self, tier: str, nbytes: float, view: ClusterView) -> Sequence[Move]:
         state = view.tiers[tier]
         lower = self.order[self.order.index(state.kind) + 1 :] if state.kind in self.order else ()
-        targets = [t for kind in lower for t in view.tiers_on(state.node, kind)]
-        moves, freed = [], 0.0
-        room = {t.id: t.free for t in targets}
-        for chunk_id, size in view.residents(tier):
-            if freed >= nbytes:
-                break
-            dst = next((t for t, free in room.items() if free >= size), None)
-            if dst is None:
-                break
-            room[dst] -= size
-            freed += size
-            moves.append(Move(chunk_id, dst))
-        return moves
+        return spill_down(tier, nbytes, view, {t.id: t.free for kind in lower for t in view.tiers_on(state.node, kind)})
+
+
+def spill_down(tier: str, nbytes: float, view: ClusterView, room: dict[str, float]) -> list[Move]:
+    """Moves that free ``nbytes`` of ``tier``: its oldest residents first, each to the first tier of
+    ``room`` (tier id -> bytes it may take, in preference order) that still has space for it.
+    Stops when enough is freed or when the oldest resident fits nowhere."""
+    moves, freed = [], 0.0
+    room = dict(room)
+    for chunk_id, size in view.residents(tier):
+        if freed >= nbytes:
+            break
+        dst = next((t for t, free in room.items() if free >= size), None)
+        if dst is None:
+            break
+        room[dst] -= size
+        freed += size
+        moves.append(Move(chunk_id, dst))
+    return moves
 
 
 @dataclass

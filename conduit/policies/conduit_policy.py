@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conduit.policies.components import EarliestDeadlineFirst
+from conduit.policies.components import EarliestDeadlineFirst, spill_down
 from conduit.policy import ChunkInfo, InvalidDecision, Move, Param, PathSettings, Placement, Policy
 from conduit.topology.model import TierKind
 from conduit.view import ClusterView, TierState
@@ -101,18 +101,7 @@ class BandwidthAwarePlacement:
     def spill(self, tier: str, nbytes: float, view: ClusterView) -> Sequence[Move]:
         state = view.tiers[tier]
         lower = SPILL_ORDER[SPILL_ORDER.index(state.kind) + 1:] if state.kind in SPILL_ORDER else ()
-        room = {t.id: t.free for kind in lower for t in view.tiers_on(state.node, kind)}
-        moves, freed = [], 0.0
-        for chunk_id, size in view.residents(tier):
-            if freed >= nbytes:
-                break
-            dst = next((t for t, free in room.items() if free >= size), None)
-            if dst is None:
-                break
-            room[dst] -= size
-            freed += size
-            moves.append(Move(chunk_id, dst))
-        return moves
+        return spill_down(tier, nbytes, view, {t.id: t.free for kind in lower for t in view.tiers_on(state.node, kind)})
 
 
 @dataclass

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from conduit.policies.components import EarliestDeadlineFirst
+from conduit.policies.components import EarliestDeadlineFirst, spill_down
 from conduit.policy import ChunkInfo, InvalidDecision, Move, Param, PathSettings, Placement, Policy
 from conduit.topology.model import TierKind
 from conduit.view import ClusterView, TierState
@@ -83,18 +83,7 @@ class HotSetPlacement:
             return []
         lower = LEVELS[LEVELS.index(state.kind) + 1:]
         room = {t.id: self.room(t) for kind in lower for t in view.tiers_on(state.node, kind)}
-        moves: list[Move] = []
-        freed = 0.0
-        for chunk_id, size in view.residents(tier):  # oldest first
-            if freed >= nbytes:
-                break
-            dst = next((t for t, free in room.items() if free >= size), None)
-            if dst is None:
-                break
-            room[dst] -= size
-            freed += size
-            moves.append(Move(chunk_id, dst))
-        return moves
+        return spill_down(tier, nbytes, view, room)  # oldest residents first
 
 
 def nvme_hot_set(hot_fraction: float = 0.25, warm_fraction: float = 0.5, depth: int = 2) -> Policy:
