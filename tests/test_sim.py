@@ -42,6 +42,19 @@ from conduit.sim.workload import PRESETS, WorkloadError, load_workload
 from conduit.topology import Topology, load_topology, topology_from_dict
 
 POLICIES = ("rllib-stock", "host-only", "all-gpu")
+
+
+def _plugin_policies() -> tuple[str, ...]:
+    try:  # the example plug-in (installed by the Makefile) must pass the same properties
+        import conduit_policy_example  # noqa: F401
+    except ImportError:
+        return ()
+    return ("nvme-hot-set",)
+
+
+#: every kind of policy the properties must hold for: baselines, Conduit's own, a sample of the
+#: Janus configurations, and the example plug-in
+PROPERTY_POLICIES = (*POLICIES, "conduit", "janus-gpu-co-so-g2", "janus-pageable-nco-nso-g4", *_plugin_policies())
 DESIGN_METRICS = ("exposed_experience_path_s", "experience_path_s", "iteration_time_s", "experience_share")
 REPO = Path(__file__).resolve().parents[1]
 #: simpy steps one simulation may take in these tests; the largest run here needs ~11,000
@@ -166,7 +179,7 @@ def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 
 # ---------------------------------------------------------- 1. every preset, every policy
-PRESET_CASES = [(name, policy) for policy in POLICIES for name in PRESETS]
+PRESET_CASES = [(name, policy) for policy in (*POLICIES, "conduit") for name in PRESETS]
 
 
 @pytest.mark.parametrize(("name", "policy"), PRESET_CASES)
@@ -237,8 +250,9 @@ def scenarios(draw, algorithm: str):
         # inside the warm-up (see test_replay_band_narrower_than_a_batch_is_refused_or_runs_clean)
         min_size = n_runners * steps + n_learners * batch + draw(st.integers(0, 3)) * steps
         # large enough that nothing is evicted (see test_plane_replay_respects_global_capacity)
+        # ... and than what runners coalescing up to 4 chunks (janus g4) can have in flight per table
         capacity = (2 * min_size + math.ceil(iterations * n_learners * batch / ratio) + 2 * n_runners * steps
-                    + draw(st.integers(0, 3)) * steps)
+                    + n_learners * (8 * n_runners + 1) * steps + draw(st.integers(0, 3)) * steps)
         wl.update(replay_ratio=ratio, batch_size=batch, min_size=min_size, replay_capacity=capacity)
         working_set = (capacity + steps) * bytes_per_step * n_learners
     hbm = max(working_set * draw(st.floats(1.0, 4.0)), 1024.0)
@@ -248,7 +262,7 @@ def scenarios(draw, algorithm: str):
     topo = tiny_topology_dict(nodes, gpus, hbm, host, pinned, nvme, cores=draw(st.integers(1, 16)),
                               pcie=draw(st.sampled_from(["16 GB/s", "25 GB/s", "55 GB/s"])),
                               nic=draw(st.sampled_from(["100 Gb/s", "400 Gb/s"])))
-    policy = draw(st.sampled_from(POLICIES))
+    policy = draw(st.sampled_from(PROPERTY_POLICIES))
     return topo, wl, policy, iterations, draw(st.integers(0, 2**16))
 
 
@@ -264,7 +278,7 @@ def check_scenario(scenario) -> None:
             assert math.isfinite(m[name]) and m[name] >= 0, (name, m[name])
 
 
-PROPERTY_SETTINGS = settings(max_examples=25, deadline=None,
+PROPERTY_SETTINGS = settings(max_examples=40, deadline=None,
                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

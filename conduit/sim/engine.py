@@ -738,8 +738,12 @@ class Simulation:
                     group = []
                     if not self.path.overlap_collection:  # the runner waits for its chunks to be collected
                         yield handoff
-            # backpressure: a runner does not outrun its learner's queue by more than max_lag batches
+            # backpressure: a runner does not outrun its learner's queue by more than max_lag batches;
+            # one about to wait first hands over what it is coalescing (its learner may need it)
             while len(queue.items) + queue.in_flight > (w.max_lag + 2) * w.chunks_per_batch and not self._stop:
+                if group:
+                    self.env.process(self._direct_then_queue(runner, target, group, queue))
+                    group = []
                 yield queue.changed()
 
     def _direct_then_queue(self, runner: RunnerRole, target: LearnerRole, group: list, queue) -> Generator:
