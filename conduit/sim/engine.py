@@ -384,8 +384,12 @@ class Simulation:
             updates = []
             for lr in learners:
                 ready = state.batch_ready_at[lr.id]
+                # through the driver, a learner's shard exists only once the driver holds the whole
+                # sample: every learner needs the iteration's last chunk (a conservative reading
+                # for the baseline: it never charges stock for other runners' sampling)
+                needed = state.t_sampling_done if self.path.route == "driver" else state.last_created[lr.id]
                 updates.append(UpdateTrace(k, lr.id, state.samples[lr.id], t_free[lr.id],
-                                           state.last_created[lr.id], ready, t_update, math.nan))
+                                           needed, ready, t_update, math.nan))
                 self.auditor.delivered(k, [(c, range(w.chunk_steps)) for c in state.assigned[lr.id]], ready,
                                        checksums={c: self._checksum(c) for c in state.assigned[lr.id]})
             yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
