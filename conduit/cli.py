@@ -112,12 +112,13 @@ def cmd_topology_show(args: argparse.Namespace) -> int:
         total = format_quantity(entry["total_bytes"], Kind.BYTES)
         each = format_quantity(entry["total_bytes"] / entry["count"], Kind.BYTES)
         print(f"    {kind:<8} {entry['count']:>6} x {each:>10}  = {total}")
-    for key, label in (("intra_node_gpu_path", "GPU-GPU in a node"), ("inter_node_gpu_path", "GPU-GPU across nodes")):
-        if key in summary:
-            p = summary[key]
-            bw = format_quantity(p["bottleneck_bandwidth"], Kind.BANDWIDTH)
-            lat = format_quantity(p["latency"], Kind.TIME)
-            print(f"  {label}: slowest link {bw} ({p['src']} -> {p['dst']}, {p['hops']} hops, latency {lat})")
+    paths = [("GPU-GPU in a node", p) for p in summary.get("intra_node_gpu_paths", [])]
+    if "inter_node_gpu_path" in summary:
+        paths.append(("GPU-GPU across nodes", summary["inter_node_gpu_path"]))
+    for label, p in paths:
+        bw = format_quantity(p["bottleneck_bandwidth"], Kind.BANDWIDTH)
+        lat = format_quantity(p["latency"], Kind.TIME)
+        print(f"  {label}: slowest link {bw} ({p['src']} -> {p['dst']}, {p['hops']} hops, latency {lat})")
     return 0
 
 

@@ -189,3 +189,10 @@ def test_missing_file_and_unknown_name(tmp_path):
         load_topology(tmp_path / "absent.yaml")
     with pytest.raises(TopologyError, match="not a file and not a library topology"):
         load_topology("no-such-cluster")
+
+
+def test_show_reports_each_kind_of_node_in_a_mixed_cluster():
+    summary = load_topology("hetero-mix").summary()
+    widths = sorted(p["bottleneck_bandwidth"] for p in summary["intra_node_gpu_paths"])
+    assert widths == [25e9, 300e9, 450e9]  # RTX 4090 via the CPU, A100 and H100 over NVSwitch
+    assert summary["intra_node_gpu_path"]["bottleneck_bandwidth"] == 25e9

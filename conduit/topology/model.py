@@ -167,13 +167,20 @@ class Topology:
             "links": len(self.links),
         }
         gpus_by_node = {n: self.devices_of("gpu", n) for n in self._nodes}
-        intra = next((g for g in gpus_by_node.values() if len(g) >= 2), None)
-        if intra:
-            width, latency, hops = self.widest_shortest_path(intra[0].id, intra[1].id)
-            out["intra_node_gpu_path"] = {
-                "src": intra[0].id, "dst": intra[1].id,
-                "bottleneck_bandwidth": width, "latency": latency, "hops": hops,
-            }
+        # one GPU pair per kind of node (GPU count, memory and memory bandwidth): a mixed cluster
+        # reports each machine type, a uniform one a single line
+        kinds: dict[tuple, list[Device]] = {}
+        for gpus in gpus_by_node.values():
+            if len(gpus) >= 2:
+                kinds.setdefault((len(gpus), gpus[0].get("memory"), gpus[0].get("memory_bandwidth")), gpus)
+        paths = []
+        for gpus in kinds.values():
+            width, latency, hops = self.widest_shortest_path(gpus[0].id, gpus[1].id)
+            paths.append({"src": gpus[0].id, "dst": gpus[1].id,
+                          "bottleneck_bandwidth": width, "latency": latency, "hops": hops})
+        if paths:
+            out["intra_node_gpu_path"] = min(paths, key=lambda p: p["bottleneck_bandwidth"])
+            out["intra_node_gpu_paths"] = paths
         with_gpus = [g for g in gpus_by_node.values() if g]
         if len(with_gpus) >= 2:
             src, dst = with_gpus[0][0], with_gpus[-1][-1]
