@@ -206,21 +206,21 @@ class Simulation:
         return mem.get("pageable_copy_bandwidth") or DEFAULT_PAGEABLE_COPY_FRACTION * mem.get("bandwidth", 40e9)
 
     def copy_to_device(self, learner: LearnerRole, nbytes: float, pinned: bool, src_device: str | None = None) -> Generator:
-        """A copy into the learner's device from host memory (default: its node's), NVMe or a peer GPU.
+        """A copy into the learner's device from host memory (default: its node's), NVMe or a peer
+        GPU. A CPU learner's device memory is host memory: nothing to do."""
+        if learner.hbm is not None:
+            yield from self.copy_into_gpu(learner.device, learner.node, nbytes, pinned, src_device or learner.memory)
 
-        Pageable host copies are staged through a bounce buffer (a CPU memcpy) before the DMA; every
-        copy pays the GPU's launch overhead; an NVMe source is also held to its media read speed. A
-        CPU learner's device memory is host memory: nothing to do."""
-        if learner.hbm is None:
-            return
-        gpu = self.topology.devices[learner.device]
-        yield self.env.timeout(gpu.get("copy_launch_overhead", 10e-6))
-        source = src_device or learner.memory
+    def copy_into_gpu(self, gpu: str, node: str, nbytes: float, pinned: bool, source: str) -> Generator:
+        """One copy into a GPU's memory. Pageable host copies are staged through a bounce buffer (a
+        CPU memcpy on ``node``) before the DMA; every copy pays the GPU's launch overhead; an NVMe
+        source is also held to its media read speed."""
+        yield self.env.timeout(self.topology.devices[gpu].get("copy_launch_overhead", 10e-6))
         kind = self.topology.devices[source].kind
         if kind == "memory" and not pinned:
-            yield from self.cpu(learner.node, nbytes / self.staging_bandwidth(source))
+            yield from self.cpu(node, nbytes / self.staging_bandwidth(source))
         start = self.env.now
-        yield from self.transfer(source, learner.device, nbytes)
+        yield from self.transfer(source, gpu, nbytes)
         if kind == "nvme":
             media = nbytes / self.topology.devices[source].get("read_bandwidth", 3e9)
             if self.env.now - start < media:
@@ -242,7 +242,7 @@ class Simulation:
         cid = self._next_chunk
         self._next_chunk += 1
         chunk = Chunk(cid, runner.id, runner.node, w.chunk_steps, int(w.chunk_bytes), version, self.env.now,
-                      checksum=(cid * 2654435761) & 0xFFFFFFFF)
+                      checksum=self._checksum(cid))
         trace = ChunkTrace(cid, runner.id, learner.id, version, w.chunk_steps, w.chunk_bytes, "", self.env.now)
         self.rec.chunks[cid] = trace
         self._chunks[cid] = chunk
@@ -447,7 +447,10 @@ class Simulation:
     def _learner(self, lid: str) -> LearnerRole:
         return self._learners_by_id[lid]
 
-    def _checksum(self, cid: int) -> int:
+    @staticmethod
+    def _checksum(cid: int) -> int:
+        """A chunk's stand-in checksum (the simulator moves no bytes): ingested and delivered
+        checksums are computed alike, so the auditor's bytes-changed check runs on every delivery."""
         return (cid * 2654435761) & 0xFFFFFFFF
 
     def ppo_runner(self, runner: RunnerRole, targets: list[LearnerRole], state: _PpoIteration) -> Generator:
@@ -457,7 +460,7 @@ class Simulation:
         for i, target in enumerate(targets):
             yield self.env.timeout(self.sample_time(w.fragment_length))
             chunk, trace = self.new_chunk(runner, target, state.k)
-            state.expect(target, chunk, trace)
+            state.expect(target, chunk)
             if self.path.route == "direct":
                 if group and group[0][1].learner != target.id:
                     self.env.process(self.direct_group(runner, self._learner(group[0][1].learner), group, state))
@@ -474,7 +477,7 @@ class Simulation:
     def stock_ppo_driver(self, state: _PpoIteration, runner_procs: list) -> Generator:
         k, s, w = state.k, self.stock, self.workload
         driver_mem = self.layout.driver_memory
-        fetches = [self.env.process(self.stock_fetch_result(r, state.runner_chunks, state, driver_mem))
+        fetches = [self.env.process(self.stock_fetch_result(r, state, driver_mem))
                    for r in self.layout.runners]
         yield simpy.AllOf(self.env, runner_procs)
         t_a = self.env.now
@@ -490,11 +493,11 @@ class Simulation:
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
 
-    def stock_fetch_result(self, runner: RunnerRole, runner_chunks: dict, state: _PpoIteration, driver_mem: str) -> Generator:
+    def stock_fetch_result(self, runner: RunnerRole, state: _PpoIteration, driver_mem: str) -> Generator:
         """EnvRunner.sample() returns: serialize on the runner, move, ``ray.get`` in the driver."""
         w, s = self.workload, self.stock
         yield state.runner_done_event[runner.id]
-        cids = [c.id for c in runner_chunks[runner.id]]
+        cids = [c.id for c in state.runner_chunks[runner.id]]
         if not cids:
             return
         nbytes, episodes = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes
@@ -534,7 +537,7 @@ class Simulation:
             self.rec.span(k, "gae", t_gae, self.env.now)
         for cid in cids:
             self.rec.chunks[cid].t_ready = self.env.now
-        state.chunks_ready(lr, len(cids), self.env.now)
+        state.chunks_ready(lr, len(cids))
 
     # ---- the plane's direct path
     def direct_group(self, runner: RunnerRole, learner: LearnerRole, group: list, state: Any) -> Generator:
@@ -554,26 +557,23 @@ class Simulation:
             yield from self.make_room(tier, nbytes)
         for chunk, _ in group:
             yield from self.place_in(chunk.id, tier)
-        tier_device = self.topology.tier(tier).device
-        dst_kind = self.topology.tier(tier).kind
-        if dst_kind is TierKind.HBM:
-            if not self.path.pinned:
-                yield from self.cpu(runner.node, nbytes / self.staging_bandwidth(runner.memory))
-            gpu = self.topology.devices[tier_device]
-            yield self.env.timeout(gpu.get("copy_launch_overhead", 10e-6))
-        yield from self.transfer(runner.memory, tier_device, nbytes)
+        placed = self.topology.tier(tier)
+        if placed.kind is TierKind.HBM:
+            yield from self.copy_into_gpu(placed.device, runner.node, nbytes, self.path.pinned, runner.memory)
+        else:
+            yield from self.transfer(runner.memory, placed.device, nbytes)
         if not per_chunk:  # the learner builds the batch once all of it has arrived
             if state is not None:
-                state.host_arrived(learner, [c.id for c, _ in group], nbytes, self.env.now)
+                state.host_arrived(learner, len(group))
             return
         if tier != learner.device_tier and self.workload.algorithm != "dqn":  # replay samples in place
             yield from self.scheduled_move(learner, [c.id for c, _ in group], nbytes, state)
-        if per_chunk and w.value_pass_per_sample > 0:
+        if w.value_pass_per_sample > 0:
             yield from self.compute[learner.device].run(samples * w.value_pass_per_sample)
         for chunk, trace in group:
             trace.t_ready = self.env.now
         if state is not None:
-            state.chunks_ready(learner, len(group), self.env.now)
+            state.chunks_ready(learner, len(group))
 
     def make_room(self, tier: str, nbytes: float) -> Generator:
         """Ask the placement policy to spill from a full tier, validate and execute its moves.
@@ -625,19 +625,12 @@ class Simulation:
         self.view.learner_waiting(lr)
         if self.path.route == "direct" and self.path.batch_build == "per-batch":
             yield state.all_arrived_host[lr.id]
-            w, s = self.workload, self.stock
             cids = state.assigned[lr.id]
-            nbytes, samples = len(cids) * w.chunk_bytes, len(cids) * w.chunk_steps
-            yield from self.cpu(lr.node, s.connector(samples / w.steps_per_row, nbytes) + s.to_tensor(nbytes))
-            off_device = [cid for cid in cids if self._location.get(cid) != lr.device_tier]
-            if off_device:  # what the placement left in host memory is copied now, in one go
-                yield from self.copy_to_device(lr, len(off_device) * w.chunk_bytes, pinned=self.path.pinned)
-            for cid in off_device:
-                yield from self.move_to(cid, lr.device_tier)
-            yield from self.compute[lr.device].run(samples * w.value_pass_per_sample)
+            yield from self._build_batch_on_learner(lr, cids)
+            yield from self.compute[lr.device].run(len(cids) * self.workload.chunk_steps * self.workload.value_pass_per_sample)
             for cid in cids:
                 self.rec.chunks[cid].t_ready = self.env.now
-            state.chunks_ready(lr, len(cids), self.env.now)
+            state.chunks_ready(lr, len(cids))
         yield state.all_ready[lr.id]
         # device-side batch assembly: one pass over the batch in HBM
         gpu = self.topology.devices.get(lr.device)
@@ -702,15 +695,18 @@ class Simulation:
             tier = self._location.get(cid)
             if tier is not None and tier != lr.device_tier:
                 by_tier.setdefault(tier, []).append(cid)
-        for tier, cids in sorted(by_tier.items()):
-            source = self.topology.tier(tier)
-            yield from self.copy_to_device(lr, len(cids) * w.chunk_bytes, pinned=source.kind is not TierKind.PAGEABLE,
-                                           src_device=source.device)
+        yield from self._copy_in(lr, {tier: len(cids) * w.chunk_bytes for tier, cids in by_tier.items()})
+        for cids in by_tier.values():
             for cid in cids:
                 yield from self.move_to(cid, lr.device_tier)
-        for cid in batch:
-            if math.isnan(self.rec.chunks[cid].t_ready):
-                self.rec.chunks[cid].t_ready = self.env.now
+
+    def _copy_in(self, lr: LearnerRole, bytes_by_tier: dict[str, float]) -> Generator:
+        """Copy into the learner's device what lies in other tiers, one copy per source tier
+        (pinned DMA unless the source is pageable memory)."""
+        for tier, nbytes in sorted(bytes_by_tier.items()):
+            source = self.topology.tier(tier)
+            yield from self.copy_to_device(lr, nbytes, pinned=source.kind is not TierKind.PAGEABLE,
+                                           src_device=source.device)
 
     def broadcast(self, version: int) -> Generator:
         yield self.env.timeout(self.workload.weight_sync_time)
@@ -801,7 +797,6 @@ class Simulation:
                 queue.notify()
                 if self._chunks[cid].policy_version < min_version:
                     self.auditor.dropped(cid, self.env.now, "stale")
-                    self.rec.dropped_stale += self._chunks[cid].steps
                     self.release(cid)
                     continue
                 batch.append(cid)
@@ -821,6 +816,9 @@ class Simulation:
                 yield queue.changed()
         if self.path.route == "direct" and self.path.batch_build == "per-batch":
             yield from self._build_batch_on_learner(lr, batch)
+            for cid in batch:
+                if math.isnan(self.rec.chunks[cid].t_ready):
+                    self.rec.chunks[cid].t_ready = self.env.now
         self.view.learner_busy(lr)
         fresh = [self._chunks[c].t_created for c in batch if uses.get(c, 0) == 0]
         done = []
@@ -849,11 +847,10 @@ class Simulation:
             out.append((buffer[int(pos)], idx[chunk_pos == pos]))
         return out
 
-    def _replay_insert(self, buffer: deque, cid: int, tables: int = 1) -> None:
-        """FIFO replay table; with ``tables`` tables (one per learner) each holds its share of the
-        contract's capacity, so the plane as a whole never holds more than ``replay_capacity``."""
+    def _replay_insert(self, buffer: deque, cid: int) -> None:
+        """The driver's FIFO replay buffer: add, then evict the oldest beyond ``replay_capacity``."""
         buffer.append(cid)
-        while len(buffer) * self.workload.chunk_steps > self.workload.replay_capacity / tables:
+        while len(buffer) * self.workload.chunk_steps > self.workload.replay_capacity:
             self.release(buffer.popleft())
 
     def stock_dqn(self) -> Generator:
@@ -927,8 +924,7 @@ class Simulation:
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         yield self.env.timeout(self.sample_time(self.workload.fragment_length))
-        chunk, trace = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
-        trace.t_ready = math.nan
+        chunk, _ = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
         return chunk.id
 
     def _stock_dqn_batch(self, lr: LearnerRole, nbytes: float, update: int, t_b: float) -> Generator:
@@ -963,7 +959,7 @@ class Simulation:
         learners = self.layout.learners
         self.rec.synchronous = False  # each learner samples its own table at its own pace
         self._replay = {lr.id: deque() for lr in learners}
-        self._limiter = _RateLimiter(self.env, self.contract, self.workload)
+        self._limiter = _RateLimiter(self.env, self.contract)
         self._replay_inflight = {lr.id: 0 for lr in learners}
         self._table_changed = {lr.id: self.env.event() for lr in learners}
         self._stop = False
@@ -1056,16 +1052,12 @@ class Simulation:
         self.auditor.delivered(update, selections, self.env.now)
         # gather: samples living off-device are copied in; on-device ones are an index gather
         yield self.env.timeout(self.plane.device_sample_per_call)
-        if lr.hbm is not None:
-            by_tier: dict[str, int] = {}
-            for cid, idx in selections:
-                tier = self._location.get(cid)
-                if tier is not None and tier != lr.device_tier:
-                    by_tier[tier] = by_tier.get(tier, 0) + len(idx)
-            for tier, n in sorted(by_tier.items()):
-                source = self.topology.tier(tier)
-                yield from self.copy_to_device(lr, n * w.bytes_per_step, pinned=source.kind is not TierKind.PAGEABLE,
-                                               src_device=source.device)
+        by_tier: dict[str, float] = {}
+        for cid, idx in selections:
+            tier = self._location.get(cid)
+            if tier is not None and tier != lr.device_tier:
+                by_tier[tier] = by_tier.get(tier, 0.0) + len(idx) * w.bytes_per_step
+        yield from self._copy_in(lr, by_tier)
         if self.path.batch_build == "per-batch":  # the framework's connector over the sampled batch
             s = self.stock
             nbytes = w.batch_size * w.bytes_per_step
@@ -1108,7 +1100,7 @@ class _PpoIteration:
     have arrived in host memory (per-batch building), and are ready on its device."""
 
     def __init__(self, sim: Simulation, k: int, learners: list[LearnerRole], expected: dict[str, int]):
-        self.sim, self.k, self.learners = sim, k, learners
+        self.k, self.learners = k, learners
         env = sim.env
         self.expected = expected
         self.assigned: dict[str, list[int]] = {lr.id: [] for lr in learners}
@@ -1130,7 +1122,7 @@ class _PpoIteration:
                 for event in (self.all_created[lr.id], self.all_ready[lr.id], self.all_arrived_host[lr.id]):
                     event.succeed()
 
-    def expect(self, lr: LearnerRole, chunk: Chunk, trace: ChunkTrace) -> None:
+    def expect(self, lr: LearnerRole, chunk: Chunk) -> None:
         self.assigned[lr.id].append(chunk.id)
         self.samples[lr.id] += chunk.steps
         self.last_created[lr.id] = max(self.last_created[lr.id], chunk.t_created)
@@ -1144,13 +1136,13 @@ class _PpoIteration:
             self.t_sampling_done = t
             self.sampling_done.succeed()
 
-    def chunks_ready(self, lr: LearnerRole, n: int, t: float) -> None:
+    def chunks_ready(self, lr: LearnerRole, n: int) -> None:
         self.ready_count[lr.id] += n
         if self.ready_count[lr.id] >= self.expected[lr.id] and not self.all_ready[lr.id].triggered:
             self.all_ready[lr.id].succeed()
 
-    def host_arrived(self, lr: LearnerRole, cids: list[int], nbytes: float, t: float) -> None:
-        self.host_count[lr.id] += len(cids)
+    def host_arrived(self, lr: LearnerRole, n: int) -> None:
+        self.host_count[lr.id] += n
         if self.host_count[lr.id] >= self.expected[lr.id] and not self.all_arrived_host[lr.id].triggered:
             self.all_arrived_host[lr.id].succeed()
 
@@ -1164,7 +1156,7 @@ class _RateLimiter:
     no thundering herd. Counts are taken when a step is admitted, exactly as the auditor sees them.
     """
 
-    def __init__(self, env: simpy.Environment, contract: Any, workload: Workload):
+    def __init__(self, env: simpy.Environment, contract: Any):
         self.env, self.contract = env, contract
         self.inserted = 0
         self.sampled = 0

@@ -63,7 +63,6 @@ class Recorder:
     segments: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
     rejected_decisions: int = 0
     rejections: list[str] = field(default_factory=list)
-    dropped_stale: int = 0
     spilled: int = 0
     #: learners update in lockstep (data-parallel); False when each learner runs its own loop
     synchronous: bool = True
