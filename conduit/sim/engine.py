@@ -215,7 +215,7 @@ class Simulation:
         """One copy into a GPU's memory. Pageable host copies are staged through a bounce buffer (a
         CPU memcpy on ``node``) before the DMA; every copy pays the GPU's launch overhead; an NVMe
         source is also held to its media read speed."""
-        yield self.env.timeout(self.topology.devices[gpu].get("copy_launch_overhead", 10e-6))
+        yield self.env.timeout(self.view.copy_launch_overhead(gpu))
         kind = self.topology.devices[source].kind
         if kind == "memory" and not pinned:
             yield from self.cpu(node, nbytes / self.staging_bandwidth(source))

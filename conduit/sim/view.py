@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from conduit.policy import InvalidDecision
+from conduit.topology.model import DEFAULT_COPY_LAUNCH_OVERHEAD
 from conduit.view import ClusterView, LearnerState, PathState, TierState
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ class SimClusterView(ClusterView):
 
     def copy_launch_overhead(self, device: str) -> float:
         dev = self._sim.topology.devices.get(device)
-        return dev.get("copy_launch_overhead", 10e-6) if dev is not None else 10e-6
+        return dev.get("copy_launch_overhead", DEFAULT_COPY_LAUNCH_OVERHEAD) if dev is not None else DEFAULT_COPY_LAUNCH_OVERHEAD
 
     # -- learner need model ------------------------------------------------------------------
     def learner_waiting(self, lr: LearnerRole) -> None:
