@@ -44,3 +44,17 @@ class UnknownNameError(ConduitError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return self.args[0]
+
+
+class SchemaError(ConduitError, ValueError):
+    """A chunk whose columns do not match the plane's schema; names the column and what differs."""
+
+
+class CapacityError(ConduitError):
+    """Data that cannot fit: a chunk larger than any tier, or a tier asked for more than it has."""
+
+
+class PlaneFullError(ConduitError, TimeoutError):
+    """Backpressure: the plane had no room for a chunk within the caller's timeout.
+
+    Nothing was ingested; the caller still owns the chunk and may retry."""

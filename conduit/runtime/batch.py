@@ -1,0 +1,104 @@
+"""Batches: what a learner receives from the plane, assembled in its device memory.
+
+A batch is built in one extent of the learner's device tier (CUDA memory, or host memory for a CPU
+learner), in the columnar layout the update consumes: chunks are copied into row ranges of it as
+they arrive (or, when placement puts a chunk on the learner's device and a batch is open, written
+there at ingestion, with no other copy). When its rows are all filled it becomes **ready**; the
+learner gets it from :meth:`~conduit.runtime.plane.ExperiencePlane.next_batch` and gives it back with
+:meth:`Batch.release`, which returns the extent to the tier and, under ``OnPolicy``, closes update
+*k*'s books.
+
+``selections`` names every sample a batch carries as ``(chunk_id, indices)``, in row order, so
+sample identity survives the trip: row ``r`` of every column is sample ``selections``' r-th entry.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Self
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from conduit.runtime.plane import ExperiencePlane
+    from conduit.runtime.tiers import Extent
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class BatchBuild:
+    """A batch being assembled: rows reserved by copies in flight, rows filled by finished ones."""
+
+    learner: str
+    key: int  # OnPolicy: the policy version (= update) it serves; otherwise an arrival sequence
+    extent: Extent
+    rows: int
+    reserved: int = 0
+    filled: int = 0
+    selections: list[tuple[Hashable, range | np.ndarray]] = field(default_factory=list)
+    created: list[float] = field(default_factory=list)  # t_created of every chunk it holds
+    versions: list[int] = field(default_factory=list)
+    whole: set[Hashable] = field(default_factory=set)  # chunks carried whole, in one range
+    t_opened: float = 0.0
+    t_ready: float | None = None
+    id: tuple[str, str, int] = field(default_factory=lambda: ("batch", "", next(_ids)))
+
+    def reserve(self, n: int) -> int:
+        """Reserve up to ``n`` rows; returns the first row reserved (the caller copies into
+        ``[start, start + granted)``, granted = min(n, free rows))."""
+        start = self.reserved
+        self.reserved += min(n, self.rows - self.reserved)
+        return start
+
+    @property
+    def free_rows(self) -> int:
+        return self.rows - self.reserved
+
+    @property
+    def complete(self) -> bool:
+        return self.filled >= self.rows
+
+
+class Batch:
+    """A ready batch handed to a learner. Use as a context manager or call :meth:`release`."""
+
+    def __init__(self, plane: ExperiencePlane, build: BatchBuild, update: int, columns: dict[str, Any]):
+        self._plane = plane
+        self._build = build
+        self.learner = build.learner
+        self.update = update
+        self.steps = build.filled
+        self.columns = columns
+        self.selections = list(build.selections)
+        self.versions = list(build.versions)
+        self.t_ready = build.t_ready
+        self.released = False
+
+    def tensors(self) -> dict[str, Any]:
+        """The columns as torch tensors (zero copy: numpy host arrays are wrapped, not copied)."""
+        import torch
+
+        return {k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in self.columns.items()}
+
+    def sample_ids(self) -> list[tuple[Hashable, int]]:
+        """Every sample of the batch, in row order (tests and small tools)."""
+        return [(cid, int(i)) for cid, idx in self.selections for i in idx]
+
+    def release(self) -> None:
+        """The learner is done with the batch: its memory goes back to the tier."""
+        if not self.released:
+            self.released = True
+            self._plane._release(self._build, self.update)
+            self.columns = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Batch(learner={self.learner!r}, update={self.update}, steps={self.steps})"

@@ -1,0 +1,910 @@
+"""``conduit calibrate``: measure this machine and write a topology file that the simulator loads.
+
+Every figure comes from a size sweep. For each size the copy (or put, or pickle round trip, ...) is
+timed a number of times with :func:`time.perf_counter` and the **median** is kept; latency and
+bandwidth then come from fitting ``t = latency + bytes / bandwidth`` to the medians
+(:func:`fit_latency_bandwidth`): the bandwidth is the least-squares slope over the large sizes, the
+latency what the smallest size's time leaves (clamped at >= 0).
+
+Measured:
+
+* ``memcpy``: ``numpy.copyto`` between two preallocated, pre-faulted buffers (one thread);
+* ``shm``: a chunk written into a ``multiprocessing.shared_memory`` segment and read back out of it
+  (two copies; bytes delivered end to end per second); ``shm_create``: create + attach a fresh
+  segment and fill it (latency = create + attach, bandwidth = first-touch fill rate);
+* ``pickle``/``pickle_oob``: protocol-5 ``dumps`` + ``loads`` of a numpy array, in band and with
+  out-of-band buffers (zero-copy);
+* ``disk_write``/``disk_read``/``disk_read_4k``: a file written through ``numpy.memmap`` (flush +
+  ``os.fsync``), dropped from the page cache (``POSIX_FADV_DONTNEED``) and read back; QD1 random
+  4 KiB reads;
+* ``object_store_put``/``object_store_get``: ``ray.put``/``ray.get`` of numpy arrays on a local,
+  one-CPU Ray instance started (and shut down) for the purpose;
+* ``h2d_pinned``/``h2d_pageable``/``d2h_pinned``/``d2h_pageable``/``d2d``: torch copies, only where
+  ``torch.cuda.is_available()``. Nothing CUDA-related is written where there is no CUDA.
+
+:func:`topology_yaml` turns the measurements into an explicit-form topology with a header comment
+that states when, where and how each figure was measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import pickle
+import platform
+import re
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conduit.errors import ConduitError
+from conduit.units import Kind, format_quantity, parse_quantity
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Measurement:
+    """One calibrated figure: ``t(bytes) = latency + bytes / bandwidth``.
+
+    ``bandwidth`` is in bytes/s, ``latency`` in seconds; ``samples`` counts the timed repeats over
+    all sizes. ``note`` says how it was measured (and anything odd about it). ``sizes`` and
+    ``medians`` keep the raw sweep (bytes, median seconds per size). A measurement that could not be
+    taken has ``samples == 0`` and NaN figures, with the reason in ``note``."""
+
+    name: str
+    bandwidth: float
+    latency: float
+    samples: int
+    note: str = ""
+    sizes: list[int] = field(default_factory=list)
+    medians: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.samples > 0 and math.isfinite(self.bandwidth) and math.isfinite(self.latency) and self.bandwidth > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        def num(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {"name": self.name, "bandwidth": num(self.bandwidth), "latency": num(self.latency),
+                "samples": self.samples, "note": self.note, "sizes": list(self.sizes),
+                "medians": [num(t) for t in self.medians]}
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"{self.name:<18} not measured: {self.note}"
+        bw = format_quantity(self.bandwidth, Kind.BANDWIDTH)
+        lat = format_quantity(self.latency, Kind.TIME) if self.latency > 0 else "0 s"
+        sizes = f"{len(self.sizes)} sizes, " if len(self.sizes) > 1 else ""
+        return f"{self.name:<18} {bw:>11}  latency {lat:>9}  ({sizes}{self.samples} samples)"
+
+
+class Measurements(dict):
+    """``dict[str, Measurement]`` that also carries the host facts (``.host``: cores, DRAM, disk, ...)."""
+
+    host: dict[str, Any]
+
+    def __init__(self, *args, host: dict[str, Any] | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.host = dict(host or {})
+
+
+def _failed(name: str, reason: str) -> Measurement:
+    return Measurement(name, math.nan, math.nan, 0, reason)
+
+
+# --- the fit -------------------------------------------------------------------------------------------
+
+
+def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float, str]:
+    """Fit ``t = latency + size / bandwidth`` to per-size median times; return ``(latency, bandwidth, how)``.
+
+    Bandwidth comes from the large copies, latency from the small ones: the slope is a least-squares
+    line through the larger half of the sizes (at least two), where caches and fixed costs no longer
+    decide the time; the latency is what the smallest size's time leaves once its bytes are paid at
+    that bandwidth, clamped at >= 0. On exactly linear timings both are recovered exactly.
+
+    Where the bytes cost under a tenth of the largest size's time (a zero-copy operation such as
+    ``ray.get`` or out-of-band pickling), the sweep cannot resolve a bandwidth: it is then the largest
+    size over its time (a lower bound) and the latency is the smallest size's time; ``how`` says so."""
+    s = np.asarray(sizes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    if s.shape != t.shape or s.ndim != 1 or s.size == 0:
+        raise ValueError("sizes and times must be non-empty sequences of equal length")
+    if np.any(t <= 0) or not np.all(np.isfinite(t)) or np.any(s <= 0):
+        raise ValueError(f"sizes and times must be positive and finite, got {s.tolist()}, {t.tolist()}")
+    order = np.argsort(s, kind="stable")
+    s, t = s[order], t[order]
+    if np.unique(s).size == 1:
+        return 0.0, float(s[-1] / np.median(t)), "one size: bandwidth = size / time, latency 0"
+    k = max(2, math.ceil(s.size / 2))
+    scale = float(s[-1])  # fit in units of the largest size: a well-conditioned problem
+    big_s, big_t = s[-k:] / scale, t[-k:]
+    if np.unique(big_s).size < 2:
+        big_s, big_t = s / scale, t
+    slope, _ = np.polyfit(big_s, big_t, 1)
+    if not (math.isfinite(slope) and slope > 0 and slope >= 0.1 * t[-1]):
+        return float(t[0]), float(s[-1] / t[-1]), (
+            "time barely grows with size (zero-copy): bandwidth = largest size / its time (a lower bound), "
+            "latency = smallest size's time")
+    bandwidth = scale / float(slope)
+    latency = float(t[0] - s[0] / bandwidth)
+    how = f"bandwidth = least-squares slope over the {k} largest sizes, latency = smallest size's time less its bytes"
+    if latency < 0:
+        latency, how = 0.0, how + " (clamped to 0)"
+    return latency, bandwidth, how
+
+
+# --- timing helpers ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    quick: bool
+    big: list[int]            # memcpy sweep
+    mid: list[int]            # shm, pickle, object store, CUDA
+    create: list[int]         # shm create+attach
+    disk: list[int]
+    budget: float             # seconds of timed repeats per size
+    min_rep: int
+    max_rep: int
+    disk_budget: float
+    disk_min_rep: int
+    disk_max_rep: int
+    random_reads: int
+    store_fill: int           # 1 MiB objects put to warm the object store
+
+
+def _plan(quick: bool) -> _Plan:
+    def sweep(lo: int, hi: int, step: int = 4) -> list[int]:
+        out, s = [], lo
+        while s <= hi:
+            out.append(s)
+            s *= step
+        return out
+
+    if quick:
+        small = [4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB]
+        return _Plan(True, small, small, small[:3], small, budget=0.01, min_rep=3, max_rep=20, disk_budget=0.02,
+                     disk_min_rep=2, disk_max_rep=4, random_reads=24, store_fill=48)
+    return _Plan(False, sweep(4 * KiB, 256 * MiB), sweep(4 * KiB, 64 * MiB), sweep(4 * KiB, 16 * MiB),
+                 sweep(4 * KiB, 256 * MiB, 16), budget=0.7, min_rep=7, max_rep=400, disk_budget=0.8,
+                 disk_min_rep=7, disk_max_rep=30, random_reads=200, store_fill=180)
+
+
+def _sweep(name: str, timed: Callable[[int], float], sizes: Sequence[int], budget: float, min_rep: int,
+           max_rep: int, note: str) -> Measurement:
+    """Time ``timed(size)`` (which returns the seconds of one repeat) over ``sizes``; fit the medians."""
+    medians, samples = [], 0
+    for size in sizes:
+        timed(size)  # warm-up: first-touch, lazy imports, caches
+        probe = timed(size)
+        reps = max(min_rep, min(max_rep, int(budget / max(probe, 1e-7))))
+        times = [timed(size) for _ in range(reps)]
+        medians.append(statistics.median(times))
+        samples += reps
+    lat, bw, how = fit_latency_bandwidth(sizes, medians)
+    return Measurement(name, bw, lat, samples, f"{note}; {_span(sizes)}; median per size, {how}",
+                       list(sizes), medians)
+
+
+def _span(sizes: Sequence[int]) -> str:
+    lo, hi = (format_quantity(x, Kind.BYTES) for x in (min(sizes), max(sizes)))
+    return f"sizes {lo}..{hi} ({len(sizes)})"
+
+
+def _clock(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _filled(nbytes: int) -> np.ndarray:
+    """A pre-faulted buffer with non-trivial content."""
+    a = np.empty(nbytes, dtype=np.uint8)
+    a[:] = np.arange(nbytes, dtype=np.uint64).astype(np.uint8) if nbytes <= 1 * MiB else 7
+    return a
+
+
+def _report(progress: Progress | None, m: Measurement) -> Measurement:
+    if progress is not None:
+        progress(f"calibrate: {m.summary()}")
+    return m
+
+
+# --- host memory -----------------------------------------------------------------------------------------
+
+
+def _measure_memcpy(plan: _Plan) -> Measurement:
+    n = max(plan.big)
+    src, dst = _filled(n), _filled(n)
+    return _sweep("memcpy", lambda s: _clock(lambda: np.copyto(dst[:s], src[:s])), plan.big, plan.budget,
+                  plan.min_rep, plan.max_rep,
+                  "numpy.copyto between two preallocated, pre-faulted pageable buffers, one thread")
+
+
+def _measure_shm(plan: _Plan) -> Measurement:
+    from multiprocessing import shared_memory
+
+    n = max(plan.mid)
+    seg = shared_memory.SharedMemory(create=True, size=n)
+    try:
+        view = np.ndarray((n,), dtype=np.uint8, buffer=seg.buf)
+        src, dst = _filled(n), _filled(n)
+        view[:] = 1  # fault the segment in
+
+        def round_trip(s: int) -> float:
+            t0 = time.perf_counter()
+            np.copyto(view[:s], src[:s])
+            np.copyto(dst[:s], view[:s])
+            return time.perf_counter() - t0
+
+        m = _sweep("shm", round_trip, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
+                   "write into a multiprocessing.shared_memory segment and read it back out (numpy.copyto "
+                   "both ways: two copies); bandwidth = bytes delivered end to end")
+        view = None  # release the export of seg.buf, or close() fails
+        return m
+    finally:
+        with contextlib.suppress(BufferError):
+            seg.close()
+        seg.unlink()
+
+
+def _measure_shm_create(plan: _Plan) -> Measurement:
+    from multiprocessing import shared_memory
+
+    src = _filled(max(plan.create))
+
+    def create_attach(s: int) -> float:
+        t0 = time.perf_counter()
+        seg = shared_memory.SharedMemory(create=True, size=s)
+        att = shared_memory.SharedMemory(name=seg.name)
+        view = np.ndarray((s,), dtype=np.uint8, buffer=att.buf)
+        np.copyto(view, src[:s])
+        elapsed = time.perf_counter() - t0
+        del view
+        att.close()
+        seg.close()
+        seg.unlink()
+        return elapsed
+
+    return _sweep("shm_create", create_attach, plan.create, plan.budget, plan.min_rep, plan.max_rep,
+                  "create a fresh shared_memory segment, attach it by name and fill it (teardown untimed): "
+                  "latency = create + attach, bandwidth = first-touch fill rate of fresh pages")
+
+
+def _measure_pickle(plan: _Plan) -> tuple[Measurement, Measurement]:
+    src = _filled(max(plan.mid))
+
+    def in_band(s: int) -> float:
+        a = src[:s]
+        t0 = time.perf_counter()
+        pickle.loads(pickle.dumps(a, protocol=5))
+        return time.perf_counter() - t0
+
+    def out_of_band(s: int) -> float:
+        a = src[:s]
+        t0 = time.perf_counter()
+        buffers: list[pickle.PickleBuffer] = []
+        data = pickle.dumps(a, protocol=5, buffer_callback=buffers.append)
+        pickle.loads(data, buffers=buffers)
+        return time.perf_counter() - t0
+
+    inband = _sweep("pickle", in_band, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
+                    "pickle protocol 5 dumps + loads of a uint8 numpy array, buffers in band (two copies)")
+    oob = _sweep("pickle_oob", out_of_band, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
+                 "pickle protocol 5 dumps + loads with out-of-band buffers (buffer_callback / buffers=: "
+                 "no copy of the array's bytes)")
+    return inband, oob
+
+
+# --- disk -------------------------------------------------------------------------------------------------
+
+
+def _drop_cache(fd: int) -> bool:
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    return False
+
+
+def _mount_of(path: str) -> tuple[str, str, str]:
+    """(device, mount point, fs type) of the file system holding ``path``, from /proc/mounts."""
+    best = ("?", "/", "?")
+    try:
+        real = os.path.realpath(path)
+        with open("/proc/mounts") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                dev, mnt, fs = parts[0], parts[1].replace("\\040", " "), parts[2]
+                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best[1]):
+                    best = (dev, mnt, fs)
+    except OSError:
+        pass
+    return best
+
+
+def _measure_disk(plan: _Plan, tmpdir: str | None, host: dict[str, Any]) -> list[Measurement]:
+    base = tempfile.mkdtemp(prefix="conduit-calibrate-", dir=tmpdir)
+    try:
+        usage = shutil.disk_usage(base)
+        dev, mnt, fs = _mount_of(base)
+        host["disk"] = {"path": base, "capacity": usage.total, "free": usage.free, "device": dev,
+                        "mount": mnt, "fstype": fs}
+        where = f"in {base} ({fs} on {dev})"
+        if fs in ("tmpfs", "ramfs"):
+            where += " - a RAM file system: these are memory figures, not disk"
+        n = max(plan.disk)
+        src = _filled(n)
+        counter = iter(range(1 << 30))
+
+        def write(s: int, path: str | None = None) -> float:
+            keep = path is not None
+            path = path or os.path.join(base, f"w{next(counter)}.bin")
+            t0 = time.perf_counter()
+            with open(path, "w+b") as fh:
+                mm = np.memmap(fh, dtype=np.uint8, mode="w+", shape=(s,))
+                np.copyto(mm, src[:s])
+                mm.flush()
+                os.fsync(fh.fileno())
+                del mm
+            elapsed = time.perf_counter() - t0
+            if not keep:
+                os.unlink(path)
+            return elapsed
+
+        w = _sweep("disk_write", write, plan.disk, plan.disk_budget, plan.disk_min_rep, plan.disk_max_rep,
+                   f"write a new file through numpy.memmap, flush + os.fsync, {where}")
+
+        target = os.path.join(base, "read.dat")
+        write(n, target)
+        dst = np.empty(n, dtype=np.uint8)
+        dst[:] = 0
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            dropped = _drop_cache(fd)
+
+            def read(s: int) -> float:
+                _drop_cache(fd)
+                view = memoryview(dst)[:s]
+                t0 = time.perf_counter()
+                done = 0
+                while done < s:
+                    got = os.preadv(fd, [view[done:]], done)
+                    if got <= 0:
+                        raise OSError(f"short read of {target} at {done}")
+                    done += got
+                return time.perf_counter() - t0
+
+            cache = ("after os.posix_fadvise(POSIX_FADV_DONTNEED)" if dropped
+                     else "page cache NOT dropped (no posix_fadvise): may read from RAM")
+            r = _sweep("disk_read", read, plan.disk, plan.disk_budget, plan.disk_min_rep, plan.disk_max_rep,
+                       f"sequential os.preadv of a fsync'ed file {cache}, {where}")
+
+            # QD1 random 4 KiB reads of cold pages, readahead off
+            _drop_cache(fd)
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            pages = n // (4 * KiB)
+            rng = np.random.default_rng(0)
+            offsets = rng.choice(pages, size=min(plan.random_reads, pages), replace=False) * 4 * KiB
+            buf = bytearray(4 * KiB)
+            times = []
+            for off in offsets:
+                t0 = time.perf_counter()
+                os.preadv(fd, [buf], int(off))
+                times.append(time.perf_counter() - t0)
+            lat = statistics.median(times)
+            r4 = Measurement("disk_read_4k", 4 * KiB / lat, lat, len(times),
+                             f"{len(times)} random 4 KiB os.preadv of cold pages at queue depth 1 "
+                             f"(POSIX_FADV_RANDOM: no readahead), median; bandwidth = 4 KiB / latency; {where}",
+                             [4 * KiB], [lat])
+        finally:
+            os.close(fd)
+        return [w, r, r4]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# --- Ray object store ------------------------------------------------------------------------------------
+
+
+def _measure_object_store(plan: _Plan, progress: Progress | None, host: dict[str, Any]) -> list[Measurement]:
+    names = ("object_store_put", "object_store_get")
+    try:
+        import ray
+    except Exception as exc:  # noqa: BLE001 - any import failure means "no Ray here"
+        return [_failed(n, f"ray is not importable ({type(exc).__name__}: {exc})") for n in names]
+    host["ray"] = getattr(ray, "__version__", "?")
+    import logging
+
+    own = not ray.is_initialized()
+    tmp = tempfile.mkdtemp(prefix="rcal-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    store = max(128 * MiB, 4 * max(plan.mid))
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        if own:
+            if progress is not None:
+                progress(f"calibrate: starting Ray (num_cpus=1, object store {format_quantity(store, Kind.BYTES)}, "
+                         f"temp dir {tmp})")
+            t0 = time.perf_counter()
+            try:
+                ray.init(num_cpus=1, include_dashboard=False, _temp_dir=tmp, object_store_memory=store,
+                         log_to_driver=False, logging_level=logging.WARNING)
+            except Exception as exc:  # noqa: BLE001 - record and go on without the object store
+                reason = f"Ray failed to start: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                return [_failed(n, reason) for n in names]
+            host["ray_start_s"] = time.perf_counter() - t0
+        where = "local Ray started for the purpose" if own else "the already-running Ray instance"
+        big = _filled(max(plan.mid))
+
+        # the first large put lands on pages the store has never touched (tmpfs first touch)
+        cold_s = _clock(lambda: ray.put(big))
+        host["object_store_cold_put_bandwidth"] = big.nbytes / cold_s
+        # warm the store's arena: fill most of it with 1 MiB objects, then free them
+        one = _filled(1 * MiB)
+        fill = min(plan.store_fill, int(0.7 * store / MiB))
+        refs = [ray.put(one) for _ in range(fill)]
+        del refs
+        time.sleep(0.2)
+
+        def put(s: int) -> float:
+            a = big[:s]
+            t0 = time.perf_counter()
+            ref = ray.put(a)
+            elapsed = time.perf_counter() - t0
+            del ref
+            return elapsed
+
+        refs_by_size = {s: ray.put(big[:s]) for s in plan.mid}
+
+        def get(s: int) -> float:
+            t0 = time.perf_counter()
+            value = ray.get(refs_by_size[s])
+            elapsed = time.perf_counter() - t0
+            del value
+            return elapsed
+
+        cold = format_quantity(big.nbytes / cold_s, Kind.BANDWIDTH)
+        p = _sweep("object_store_put", put, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
+                   f"ray.put of a uint8 numpy array, {where}, warm store (filled with 1 MiB objects and freed "
+                   f"first); the first, cold put of {format_quantity(big.nbytes, Kind.BYTES)} ran at {cold} "
+                   f"(first touch of the store's shared memory)")
+        g = _sweep("object_store_get", get, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
+                   f"ray.get of a stored numpy array, {where} (objects over 100 KiB map the store's memory: "
+                   f"zero-copy, read-only)")
+        refs_by_size.clear()
+        return [p, g]
+    finally:
+        if own:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- CUDA ---------------------------------------------------------------------------------------------------
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except Exception:  # noqa: BLE001
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _measure_cuda(plan: _Plan, host: dict[str, Any]) -> list[Measurement]:
+    import torch
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(dev)
+    host["gpu"] = {"name": props.name, "memory": int(props.total_memory), "count": torch.cuda.device_count()}
+    host["torch_cuda"] = torch.version.cuda
+    n = max(plan.big)
+    pageable = torch.empty(n, dtype=torch.uint8)
+    pageable.fill_(3)
+    pinned = pageable.pin_memory()  # once: pinning itself is slow and not what we time
+    gpu = torch.empty(n, dtype=torch.uint8, device=dev)
+    gpu2 = torch.empty(n, dtype=torch.uint8, device=dev)
+    gpu.fill_(1)
+    gpu2.fill_(2)
+    torch.cuda.synchronize(dev)
+
+    def copier(dst: torch.Tensor, src: torch.Tensor) -> Callable[[int], float]:
+        def run(s: int) -> float:
+            t0 = time.perf_counter()
+            dst[:s].copy_(src[:s], non_blocking=True)
+            torch.cuda.synchronize(dev)
+            return time.perf_counter() - t0
+
+        return run
+
+    how = "torch copy_(non_blocking=True) + torch.cuda.synchronize(), timed on the host"
+    out = []
+    for name, dst, src, what in (
+        ("h2d_pinned", gpu, pinned, "pinned host -> device"),
+        ("h2d_pageable", gpu, pageable, "pageable host -> device"),
+        ("d2h_pinned", pinned, gpu, "device -> pinned host"),
+        ("d2h_pageable", pageable, gpu, "device -> pageable host"),
+        ("d2d", gpu2, gpu, "device -> device (reads + writes HBM: memory bandwidth = 2x)"),
+    ):
+        out.append(_sweep(name, copier(dst, src), plan.big, plan.budget, plan.min_rep, plan.max_rep,
+                          f"{what}, {props.name}; {how}"))
+    del pageable, pinned, gpu, gpu2
+    torch.cuda.empty_cache()
+    return out
+
+
+# --- host facts ------------------------------------------------------------------------------------------
+
+
+def host_facts() -> dict[str, Any]:
+    """Cores, DRAM, CPU model, OS and library versions of this machine (no measurement)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    dram = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    dram = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if dram is None:
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            dram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    model = None
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    facts: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "cpu_model": model or platform.processor() or None,
+        "cores": cores,
+        "cpu_count": os.cpu_count(),
+        "dram_capacity": dram,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        facts["torch"] = torch.__version__
+    else:
+        from importlib import metadata
+
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            facts["torch"] = metadata.version("torch")
+    return facts
+
+
+# --- the whole machine ---------------------------------------------------------------------------------
+
+
+def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, progress: Progress | None = None,
+                    tmpdir: str | None = None) -> Measurements:
+    """Measure this machine; returns :class:`Measurements` (a ``dict[str, Measurement]`` with ``.host``).
+
+    ``quick`` uses small sizes and few repeats (a few seconds); the full run takes well under two
+    minutes. ``ray=False`` skips the object store, ``disk=False`` the disk. ``progress`` receives one
+    line per measurement. ``tmpdir`` is where the disk test writes (default: the system temp dir);
+    it is cleaned up."""
+    plan = _plan(quick)
+    facts = host_facts()
+    from importlib import metadata
+
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        facts.setdefault("ray", metadata.version("ray"))
+    facts["mode"] = "quick" if quick else "full"
+    out = Measurements(host=facts)
+    started = time.perf_counter()
+    if progress is not None:
+        progress(f"calibrate: measuring {facts['hostname']} ({facts['cores']} cores, "
+                 f"{'quick' if quick else 'full'} run)")
+
+    def keep(*ms: Measurement) -> None:
+        for m in ms:
+            out[m.name] = _report(progress, m)
+
+    keep(_measure_memcpy(plan))
+    keep(_measure_shm(plan))
+    keep(_measure_shm_create(plan))
+    keep(*_measure_pickle(plan))
+    if disk:
+        keep(*_measure_disk(plan, tmpdir, out.host))
+    if ray:
+        keep(*_measure_object_store(plan, progress, out.host))
+    if cuda_available():
+        keep(*_measure_cuda(plan, out.host))
+    else:
+        out.host["cuda"] = False
+        if progress is not None:
+            progress("calibrate: no CUDA (torch.cuda.is_available() is False): pinned and host<->device "
+                     "copies not measured")
+    out.host["elapsed_s"] = time.perf_counter() - started
+    return out
+
+
+# --- YAML -------------------------------------------------------------------------------------------------
+
+
+def _bw(x: float) -> str:
+    return format_quantity(x, Kind.BANDWIDTH)
+
+
+def _t(x: float) -> str:
+    return format_quantity(x, Kind.TIME) if x > 0 else "0 s"
+
+
+def _b(x: float) -> str:
+    return format_quantity(x, Kind.BYTES)
+
+
+_QUANTITY_TEXT = re.compile(r"^[0-9][0-9.e+-]* [A-Za-z]+(/s)?$")
+
+
+def _scalar(value: Any) -> str:
+    """A YAML flow scalar: unit quantities and plain words bare, anything else JSON-quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if _QUANTITY_TEXT.match(text):
+        return text
+    safe = text == text.strip() and text[:1].isalpha() and all(c.isalnum() or c in " ./-_()+" for c in text)
+    return text if safe and text.lower() not in ("yes", "no", "true", "false", "null", "on", "off") else json.dumps(text)
+
+
+def _flow(fields: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in fields.items() if v is not None) + "}"
+
+
+def _comment(text: str, indent: str = "", hang: str = "  ", first: str = "") -> list[str]:
+    lines = textwrap.wrap(text, width=110 - len(indent), initial_indent=first, subsequent_indent=hang,
+                          break_on_hyphens=False, break_long_words=False)
+    return [f"{indent}# {line}".rstrip() for line in lines]
+
+
+def topology_yaml(measurements: dict[str, Measurement], name: str | None = None) -> str:
+    """An explicit-form topology (YAML text) of the measured machine, with a sourced header comment.
+
+    Devices: ``cpu0``, ``dram0`` (memcpy, shm, pickle and object-store figures as attributes), ``nvme0``
+    when the disk was measured, ``gpu0`` when CUDA was. Links: ``cpu0``-``dram0`` (memcpy),
+    ``cpu0``-``nvme0`` (sequential read bandwidth, 4 KiB read latency), ``gpu0``-``dram0`` (pinned
+    host->device)."""
+    host = dict(getattr(measurements, "host", None) or host_facts())
+    ms = {k: m for k, m in measurements.items() if m.ok}
+    if "memcpy" not in ms:
+        raise ConduitError("a calibrated topology needs the 'memcpy' measurement (DRAM bandwidth)")
+    hostname = host.get("hostname") or socket.gethostname()
+    name = name or f"calibrated-{hostname}"
+    cores = int(host.get("cores") or os.cpu_count() or 1)
+    dram = host.get("dram_capacity")
+    if not dram:
+        raise ConduitError("cannot tell this machine's DRAM capacity (no /proc/meminfo, no sysconf)")
+    memcpy = ms["memcpy"]
+    gpu = host.get("gpu") if "h2d_pinned" in ms else None
+
+    versions = ", ".join(f"{k} {host[k]}" for k in ("python", "numpy", "torch", "ray") if host.get(k))
+    head = [
+        f"# Calibrated topology of {hostname}, written by `conduit calibrate` (explicit form).",
+        *_comment(f"Measured {host.get('date', '?')} on {hostname}: {host.get('platform', '?')}; "
+                  f"CPU {host.get('cpu_model') or 'unknown'}, {cores} usable cores; {versions}. "
+                  f"{host.get('mode', 'full').capitalize()} run"
+                  + (f", {host['elapsed_s']:.0f} s." if host.get("elapsed_s") else ".")),
+        "#",
+        *_comment("Method: each figure is a size sweep; per size the median of N repeats timed with "
+                  "time.perf_counter (Python call overhead included: this is what Conduit's Python runtime "
+                  "pays). Fit of t = latency + bytes / bandwidth: bandwidth = least-squares slope over the "
+                  "larger half of the sizes (large copies), latency = the smallest size's time less its "
+                  "bytes at that bandwidth (small copies), clamped at >= 0."
+                  + (" Quick run: small sizes that fit in caches, few repeats: rough figures."
+                     if host.get("mode") == "quick" else "")),
+        "#",
+        "# Sources",
+    ]
+    for m in measurements.values():
+        if m.ok:
+            head += _comment(f"[{m.name}] {_bw(m.bandwidth)}, latency {_t(m.latency)}, {m.samples} samples: "
+                             f"{m.note}.", first="  ", hang="      ")
+        else:
+            head += _comment(f"[{m.name}] not measured: {m.note}.", first="  ", hang="      ")
+    head += _comment(f"[host] os.sched_getaffinity: {cores} cores; /proc/meminfo MemTotal: {_b(dram)}; "
+                     f"/proc/cpuinfo model name: {host.get('cpu_model') or 'unreadable'}.", first="  ", hang="      ")
+    if host.get("disk"):
+        d = host["disk"]
+        head += _comment(f"[disk] shutil.disk_usage({d['path']}): {_b(d['capacity'])} total, {_b(d['free'])} free "
+                         f"({d['fstype']} on {d['device']}, mounted at {d['mount']}).", first="  ", hang="      ")
+    if gpu:
+        head += _comment(f"[gpu] torch.cuda.get_device_properties: {gpu['name']}, {_b(gpu['memory'])} "
+                         f"(CUDA {host.get('torch_cuda')}); {gpu['count']} device(s), gpu0 is the current one.",
+                         first="  ", hang="      ")
+    else:
+        head += _comment("No CUDA (torch.cuda.is_available() is False): pinned memory and host<->device copies "
+                         "were not measured, so this file has no gpu device and no pinned-specific figures.")
+    head += _comment("Variance: figures of a shared machine (a VM shares its host's caches, memory bus and "
+                     "disk with other guests); expect +-30% between runs. Re-run `conduit calibrate` rather "
+                     "than trusting a single run to a few percent.")
+    head.append(f"name: {_scalar(name)}")
+
+    body = ["devices:"]
+    body += _comment(f"--- CPU: {cores} usable cores [host] ---", indent="  ")
+    body.append("  - " + _flow({"id": "cpu0", "kind": "cpu", "model": host.get("cpu_model"), "cores": cores}))
+    body.append("")
+
+    # DRAM
+    capacity = _b(dram)
+    pinned_cap = _b(parse_quantity(capacity, Kind.BYTES) / 2)
+    dram_fields: dict[str, Any] = {"id": "dram0", "kind": "memory", "model": "host DRAM", "capacity": capacity,
+                                   "bandwidth": _bw(memcpy.bandwidth), "pinned_capacity": pinned_cap,
+                                   "pageable_copy_bandwidth": _bw(memcpy.bandwidth)}
+    notes = ["--- Host DRAM [host] [memcpy] ---",
+             (f"bandwidth: {_bw(memcpy.bandwidth)}, single-thread memcpy [memcpy] (a memcpy-class figure, "
+              f"not the DRAM peak).")]
+    if gpu and "h2d_pageable" in ms:
+        pin, pag = ms["h2d_pinned"].bandwidth, ms["h2d_pageable"].bandwidth
+        if pag < pin:
+            staging = 1.0 / (1.0 / pag - 1.0 / pin)
+            dram_fields["pageable_copy_bandwidth"] = _bw(staging)
+            notes.append(f"pageable_copy_bandwidth: {_bw(staging)} = the staging memcpy implied by pageable "
+                         f"{_bw(pag)} vs pinned {_bw(pin)} host->device (1/pageable - 1/pinned) "
+                         f"[h2d_pageable] [h2d_pinned].")
+        else:
+            notes.append(f"pageable_copy_bandwidth: {_bw(memcpy.bandwidth)} [memcpy]: pageable host->device was "
+                         f"not slower than pinned here ({_bw(pag)} vs {_bw(pin)}).")
+        notes.append(f"pinned_capacity: {pinned_cap}, the default half of capacity (not measured).")
+    else:
+        notes.append(f"pageable_copy_bandwidth: {_bw(memcpy.bandwidth)}: with no CUDA, any staging copy is one "
+                     f"memcpy [memcpy].")
+        notes.append(f"pinned_capacity: {pinned_cap}, the default half stated explicitly: pinned memory was not "
+                     f"measured because there is no CUDA (it only matters for tier capacity accounting).")
+    extras = [("shm_bandwidth", "shm", "bandwidth"), ("shm_latency", "shm", "latency"),
+              ("shm_create_latency", "shm_create", "latency"), ("pickle_bandwidth", "pickle", "bandwidth"),
+              ("pickle_latency", "pickle", "latency"), ("pickle_oob_latency", "pickle_oob", "latency"),
+              ("object_store_put_bandwidth", "object_store_put", "bandwidth"),
+              ("object_store_get_bandwidth", "object_store_get", "bandwidth"),
+              ("object_store_latency", "object_store_put", "latency"),
+              ("object_store_get_latency", "object_store_get", "latency")]
+    for key, mname, what in extras:
+        if mname in ms:
+            value = getattr(ms[mname], what)
+            dram_fields[key] = _bw(value) if what == "bandwidth" else _t(value)
+    if host.get("object_store_cold_put_bandwidth") and "object_store_put" in ms:
+        dram_fields["object_store_cold_put_bandwidth"] = _bw(host["object_store_cold_put_bandwidth"])
+    notes.append("Extra attributes for the runtime: shm_* [shm] [shm_create] (shm_bandwidth counts bytes "
+                 "delivered through a segment: written in and read out), pickle_* [pickle] [pickle_oob] "
+                 "(dumps + loads), object_store_* [object_store_put] [object_store_get] "
+                 "(object_store_latency is the put latency; the cold put rate is the first put into "
+                 "untouched store memory).")
+    if "object_store_get" in ms and "zero-copy" in ms["object_store_get"].note.split(";")[-1]:
+        notes.append(f"object_store_get_bandwidth: ray.get took about {_t(ms['object_store_get'].latency)} whatever "
+                     f"the size (it maps the stored object, zero-copy), so this is only the largest size over its "
+                     f"time, a lower bound; reading the array afterwards costs memcpy-class bandwidth.")
+    missing = [k for k in ("shm", "pickle", "object_store_put") if k not in ms]
+    if "object_store_put" in missing and "object_store_put" in measurements:
+        notes.append(f"Object store not measured: {measurements['object_store_put'].note}.")
+    elif "object_store_put" in missing:
+        notes.append("Object store not measured (--no-ray).")
+    for i, line in enumerate(notes):
+        body += _comment(line, indent="  ", hang="  " if i == 0 else "    ")
+    body.append("  - " + _flow(dram_fields))
+
+    has_disk = "disk_read" in ms and "disk_write" in ms and host.get("disk")
+    if has_disk:
+        d = host["disk"]
+        body.append("")
+        body += _comment(f"--- Local disk ({d['device']}, {d['fstype']}), modelled as tier nvme [disk_read] "
+                         f"[disk_write] [disk_read_4k] [disk] ---", indent="  ")
+        body.append("  - " + _flow({"id": "nvme0", "kind": "nvme", "model": f"{d['device']} ({d['fstype']})",
+                                   "capacity": _b(d["capacity"]), "read_bandwidth": _bw(ms["disk_read"].bandwidth),
+                                   "write_bandwidth": _bw(ms["disk_write"].bandwidth),
+                                   "read_4k_latency": _t(ms["disk_read_4k"].latency) if "disk_read_4k" in ms else None,
+                                   "write_latency": _t(ms["disk_write"].latency)}))
+    if gpu:
+        pin = ms["h2d_pinned"]
+        mem_bw = 2 * ms["d2d"].bandwidth if "d2d" in ms else None
+        body.append("")
+        body += _comment(f"--- GPU: {gpu['name']} [gpu]; copy_launch_overhead = fitted small-copy latency of a "
+                         f"pinned host->device copy {_t(pin.latency)} [h2d_pinned]"
+                         + ("; memory_bandwidth = 2 x device->device copy rate [d2d]" if mem_bw else "")
+                         + " ---", indent="  ", hang="    ")
+        body.append("  - " + _flow({"id": "gpu0", "kind": "gpu", "model": gpu["name"], "memory": _b(gpu["memory"]),
+                                   "memory_bandwidth": _bw(mem_bw) if mem_bw else None,
+                                   "copy_launch_overhead": _t(pin.latency),
+                                   "d2h_pinned_bandwidth": _bw(ms["d2h_pinned"].bandwidth) if "d2h_pinned" in ms else None,
+                                   "h2d_pageable_bandwidth": _bw(ms["h2d_pageable"].bandwidth)
+                                   if "h2d_pageable" in ms else None}))
+
+    body += ["", "links:"]
+    body += _comment(f"CPU <-> DRAM: memcpy {_bw(memcpy.bandwidth)}, latency {_t(memcpy.latency)} (fitted "
+                     f"small-copy time, Python call included) [memcpy].", indent="  ", hang="    ")
+    body.append("  - " + _flow({"src": "cpu0", "dst": "dram0", "bandwidth": _bw(memcpy.bandwidth),
+                               "latency": _t(memcpy.latency)}))
+    if has_disk:
+        lat = ms["disk_read_4k"].latency if "disk_read_4k" in ms else ms["disk_read"].latency
+        body += _comment(f"CPU <-> disk: {_bw(ms['disk_read'].bandwidth)} sequential read (the device's "
+                         f"write_bandwidth caps writes) [disk_read]; latency {_t(lat)} = QD1 4 KiB cold read "
+                         f"[disk_read_4k].", indent="  ", hang="    ")
+        body.append("  - " + _flow({"src": "cpu0", "dst": "nvme0", "bandwidth": _bw(ms["disk_read"].bandwidth),
+                                   "latency": _t(lat)}))
+    if gpu:
+        pin = ms["h2d_pinned"]
+        body += _comment(f"GPU <-> DRAM: pinned host->device DMA {_bw(pin.bandwidth)} [h2d_pinned]; latency 0 "
+                         f"because the whole measured fixed cost ({_t(pin.latency)}) is the GPU's "
+                         f"copy_launch_overhead, which the simulator adds to every copy.", indent="  ", hang="    ")
+        body.append("  - " + _flow({"src": "gpu0", "dst": "dram0", "bandwidth": _bw(pin.bandwidth), "latency": "0 s"}))
+    return "\n".join(head + body) + "\n"
+
+
+# --- entry points ---------------------------------------------------------------------------------------
+
+
+def check_out_path(out: str | Path) -> Path:
+    """Fail early (before measuring) when ``out`` cannot be written: its directory must exist."""
+    path = Path(out)
+    if path.is_dir():
+        raise ConduitError(f"cannot write {out}: it is a directory")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConduitError(f"cannot write {out}: directory {parent} does not exist")
+    return path
+
+
+def to_json(measurements: dict[str, Measurement]) -> str:
+    """One JSON object: ``{"host": {...}, "measurements": {name: {...}}}`` (NaN as null)."""
+    host = getattr(measurements, "host", {}) or {}
+    return json.dumps({"host": host, "measurements": {k: m.to_dict() for k, m in measurements.items()}},
+                      indent=2, default=str)
+
+
+def calibrate(out: str | Path | None = None, **kw) -> tuple[str, dict[str, Measurement]]:
+    """Measure the machine (``**kw`` go to :func:`measure_machine`, plus ``name`` for the topology),
+    build the topology YAML, check that it loads, and write it to ``out`` when given.
+
+    Returns ``(yaml_text, measurements)``."""
+    from conduit.topology import topology_from_dict
+    from conduit.topology.yamlio import parse_yaml
+
+    path = check_out_path(out) if out is not None else None
+    name = kw.pop("name", None)
+    measurements = measure_machine(**kw)
+    text = topology_yaml(measurements, name=name)
+    topology_from_dict(parse_yaml(text, str(path or "<calibrated>")), source=str(path or "<calibrated>"))
+    if path is not None:
+        path.write_text(text)
+    return text, measurements

@@ -1,0 +1,207 @@
+"""The runtime's tiers on this machine: which memory exists, how much of it the plane takes.
+
+The plane runs on one node of a topology: a topology file (a library name, a YAML path, or what
+``conduit calibrate`` wrote) or, by default, :func:`local_topology`, a probe of this machine (cores,
+RAM, disk, CUDA devices) with conservative bandwidth priors that live measurements then replace.
+Every memory tier of the node becomes a :class:`~conduit.runtime.tiers.RuntimeTier` with the same
+id the simulator uses, backed by real memory of the matching medium:
+
+* ``gpuN:hbm`` -> CUDA memory (only where CUDA is, on the learner's device);
+* ``dramN:pinned`` -> one pinned staging ring (only where CUDA is: elsewhere the tier is left out and
+  :attr:`MachineTiers.unavailable` says why);
+* ``dramN:pageable`` -> process memory; ``dramN:shm`` -> a shared-memory segment, when asked for;
+* ``nvmeN:nvme`` -> a memmap spill file.
+
+``capacities`` says how many bytes the plane takes per tier (by tier id or by kind:
+``{"pageable": "2 GiB", "nvme0:nvme": 8e9}``); never more than the topology says the tier has.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conduit.errors import CapacityError, ConduitError, UnknownNameError
+from conduit.runtime.media import (
+    CudaMedium,
+    HostMedium,
+    MediumUnavailable,
+    MemmapMedium,
+    PinnedMedium,
+    SharedMedium,
+    cuda_available,
+    pinned_available,
+)
+from conduit.runtime.schema import Schema
+from conduit.runtime.tiers import RuntimeTier
+from conduit.topology.model import TierKind, Topology
+from conduit.units import Kind, parse_quantity
+
+DEFAULT_CAPACITY = {"hbm": 1 << 30, "pinned": 256 << 20, "pageable": 1 << 30, "shm": 256 << 20, "nvme": 4 << 30}
+"""Bytes the plane allocates per tier unless told otherwise (capped by the topology)."""
+
+
+def _meminfo_total() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def local_topology(spill_dir: str | os.PathLike | None = None) -> Topology:
+    """A topology of this machine from what the OS and CUDA report, with bandwidth priors.
+
+    The priors (10 GB/s memcpy, 2 GB/s disk, 25 GB/s PCIe) only seed the estimator; the first
+    copies replace them. ``conduit calibrate`` measures them properly.
+    """
+    from conduit.topology import load_topology
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    disk = shutil.disk_usage(spill_dir or "/tmp").total
+    devices: list[dict[str, Any]] = [
+        {"id": "cpu0", "kind": "cpu", "cores": cores},
+        {"id": "dram0", "kind": "memory", "capacity": _meminfo_total(), "bandwidth": 10e9,
+         "pageable_copy_bandwidth": 10e9},
+        {"id": "nvme0", "kind": "nvme", "capacity": disk, "read_bandwidth": 2e9, "write_bandwidth": 1.5e9},
+    ]
+    links: list[dict[str, Any]] = [
+        {"src": "cpu0", "dst": "dram0", "bandwidth": 10e9, "latency": 1e-7},
+        {"src": "cpu0", "dst": "nvme0", "bandwidth": 2e9, "latency": 80e-6},
+    ]
+    if cuda_available():
+        import torch
+
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            devices.append({"id": f"gpu{i}", "kind": "gpu", "memory": props.total_memory,
+                            "memory_bandwidth": 1e12, "model": props.name})
+            links.append({"src": f"gpu{i}", "dst": "cpu0", "bandwidth": 25e9, "latency": 2e-6})
+    return load_topology({"name": f"local-{socket.gethostname()}", "devices": devices, "links": links})
+
+
+def resolve_topology(spec: Topology | str | os.PathLike | Mapping | None) -> Topology:
+    if spec is None:
+        return local_topology()
+    if isinstance(spec, Topology):
+        return spec
+    from conduit.topology import load_topology
+
+    return load_topology(spec)
+
+
+@dataclass
+class MachineTiers:
+    """The tiers the plane runs on, and the ones it could not have (with the reason)."""
+
+    node: str
+    tiers: dict[str, RuntimeTier]
+    learner_tier: dict[str, str]  # learner device -> the tier a delivered batch lives in
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for t in self.tiers.values():
+            t.close()
+
+
+def _capacity_for(tier_id: str, kind: str, capacities: Mapping[str, Any], available: float) -> int:
+    value = capacities.get(tier_id, capacities.get(kind, DEFAULT_CAPACITY[kind]))
+    try:
+        value = int(parse_quantity(value, Kind.BYTES))
+    except ConduitError as exc:
+        raise ConduitError(f"capacities[{tier_id!r}]: {exc}") from None
+    if value <= 0:
+        raise ConduitError(f"capacities[{tier_id!r}]: must be > 0 bytes, got {value}")
+    return int(min(value, available)) if available else value
+
+
+def build_tiers(
+    topology: Topology,
+    schema: Schema,
+    *,
+    node: str | None = None,
+    learner_devices: tuple[str, ...] = ("cpu",),
+    capacities: Mapping[str, Any] | None = None,
+    spill_dir: str | os.PathLike | None = None,
+    shared: bool = False,
+) -> MachineTiers:
+    """Allocate the node's tiers. ``learner_devices`` are ``"cpu"`` or ``"cuda:N"`` strings."""
+    capacities = dict(capacities or {})
+    node = node or (topology.nodes[0] if topology.nodes else "node0")
+    if node not in topology.nodes:
+        raise UnknownNameError("node", node, topology.nodes)
+    local = [t for t in topology.tiers if t.node == node]
+    known = {t.id for t in local} | {k.value for k in TierKind} | {"shm"}
+    memory = next((t for t in local if t.kind is TierKind.PAGEABLE), None)
+    if memory is None:
+        raise ConduitError(f"topology {topology.name!r}: node {node!r} has no host memory device")
+    if shared:
+        known.add(f"{memory.device}:shm")
+    for key in capacities:
+        if key not in known:
+            raise UnknownNameError("tier", key, sorted(known))
+
+    tiers: dict[str, RuntimeTier] = {}
+    unavailable: dict[str, str] = {}
+    cuda_devices = [d for d in learner_devices if d.startswith("cuda")]
+    gpus = [t for t in local if t.kind is TierKind.HBM]
+    try:
+        for t in local:
+            kind = t.kind.value
+            if t.kind is TierKind.HBM:
+                idx = gpus.index(t)
+                wanted = f"cuda:{idx}"
+                if wanted not in cuda_devices:
+                    continue
+                if not cuda_available():
+                    unavailable[t.id] = "no CUDA device"
+                    continue
+                medium = CudaMedium(_capacity_for(t.id, kind, capacities, t.capacity), wanted)
+            elif t.kind is TierKind.PINNED:
+                ok, why = pinned_available()
+                if not ok:
+                    unavailable[t.id] = why
+                    continue
+                medium = PinnedMedium(_capacity_for(t.id, kind, capacities, t.capacity))
+            elif t.kind is TierKind.PAGEABLE:
+                medium = HostMedium(_capacity_for(t.id, kind, capacities, t.capacity))
+            else:
+                medium = MemmapMedium(_capacity_for(t.id, kind, capacities, t.capacity), spill_dir)
+            tiers[t.id] = RuntimeTier(t.id, t.kind, node, t.device, medium, schema,
+                                      t.read_bandwidth, t.write_bandwidth)
+        if shared:
+            sid = f"{memory.device}:shm"
+            medium = SharedMedium(_capacity_for(sid, "shm", capacities, memory.capacity))
+            tiers[sid] = RuntimeTier(sid, TierKind.PAGEABLE, node, memory.device, medium, schema,
+                                     memory.read_bandwidth, memory.write_bandwidth)
+    except (MediumUnavailable, CapacityError, MemoryError, OSError) as exc:
+        for t in tiers.values():
+            t.close()
+        if isinstance(exc, ConduitError):
+            raise
+        raise CapacityError(f"cannot allocate the plane's tiers on {node!r}: {exc}") from exc
+
+    learner_tier = {}
+    for dev in learner_devices:
+        if dev.startswith("cuda"):
+            idx = int(dev.split(":")[1]) if ":" in dev else 0
+            if idx >= len(gpus) or gpus[idx].id not in tiers:
+                for t in tiers.values():
+                    t.close()
+                raise ConduitError(f"learner device {dev!r}: no CUDA tier for it on node {node!r} "
+                                   f"({unavailable.get(gpus[idx].id, 'not in the topology') if idx < len(gpus) else 'not in the topology'})")
+            learner_tier[dev] = gpus[idx].id
+        elif dev == "cpu":
+            learner_tier[dev] = memory.id
+        else:
+            for t in tiers.values():
+                t.close()
+            raise ConduitError(f"learner device {dev!r}: expected 'cpu' or 'cuda:N'")
+    return MachineTiers(node, tiers, learner_tier, unavailable)

@@ -1,0 +1,173 @@
+"""The transfer engine: background copy workers that move rows between tiers and time every copy.
+
+A copy moves some rows of a chunk's columns (a range, or an index array for replay sampling) into a
+row range of a destination extent: usually a batch being assembled in the learner's device memory.
+:func:`copy_rows` does one such copy with whatever the two sides are: numpy ``copyto``/``take``
+between host media (both release the GIL, so worker threads copy in parallel with the learner's
+Python code), ``Tensor.copy_`` to or from CUDA memory.
+
+With CUDA, each worker owns a side **stream**: a host->device copy from pinned memory is an async
+DMA on it, the worker waits on an **event** for its completion, and the learner's kernels on the
+default stream keep running meanwhile, which is what lets delivery hide behind compute. Pageable
+sources are first staged through the pinned ring when the path settings ask for pinned copies
+(the plane arranges that; see :class:`~conduit.runtime.plane.ExperiencePlane`).
+
+Every copy, synchronous or not, is reported to the :class:`~conduit.runtime.estimator.BandwidthEstimator`
+as ``(route, bytes, seconds)``, so the :class:`~conduit.view.ClusterView` the policies read carries
+live bandwidths.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conduit.runtime.estimator import BandwidthEstimator
+
+
+def _is_tensor(x: Any) -> bool:
+    return not isinstance(x, np.ndarray)
+
+
+def copy_rows(src: dict[str, Any], index: slice | np.ndarray, dst: dict[str, Any], start: int,
+              non_blocking: bool = False) -> int:
+    """Copy rows ``index`` of every column of ``src`` into rows ``start:start+n`` of ``dst``.
+
+    Returns the number of rows. Numpy on both sides copies without temporaries (``take`` with
+    ``out=`` for index arrays); a torch side goes through ``Tensor.copy_`` (async from pinned memory
+    when ``non_blocking``).
+    """
+    n = None
+    for name, s in src.items():
+        d = dst[name]
+        if isinstance(index, slice):
+            rows = s[index]
+            n = rows.shape[0]
+            target = d[start : start + n]
+            if not _is_tensor(rows) and not _is_tensor(target):
+                np.copyto(target, rows, casting="no")
+            else:
+                _torch_copy(target, rows, non_blocking)
+        else:
+            n = len(index)
+            target = d[start : start + n]
+            if not _is_tensor(s) and not _is_tensor(target):
+                np.take(s, index, axis=0, out=target)
+            else:
+                import torch
+
+                if _is_tensor(s):
+                    rows = s.index_select(0, torch.as_tensor(index, device=s.device))
+                else:
+                    rows = np.take(s, index, axis=0)
+                _torch_copy(target, rows, non_blocking)
+    return int(n or 0)
+
+
+def _torch_copy(target: Any, rows: Any, non_blocking: bool) -> None:
+    import torch
+
+    if isinstance(target, np.ndarray):
+        target = torch.from_numpy(target)
+    if isinstance(rows, np.ndarray):
+        rows = torch.from_numpy(rows)
+    target.copy_(rows, non_blocking=non_blocking)
+
+
+@dataclass
+class CopyJob:
+    """One copy to run in the background: ``work()`` does it and returns the bytes moved."""
+
+    route: tuple[str, str]
+    work: Callable[[], int]
+    done: Callable[[BaseException | None], None]
+    cuda: bool = False
+
+
+class TransferEngine:
+    """A small pool of copy workers (threads) with per-worker CUDA streams where CUDA exists."""
+
+    def __init__(self, estimator: BandwidthEstimator, workers: int = 2, name: str = "conduit-copy"):
+        self.estimator = estimator
+        self._jobs: queue.SimpleQueue[CopyJob | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        self._closed = False
+        self.copies = 0
+        self.bytes = 0
+        self.busy_s = 0.0
+        self.errors = 0
+        self._stat_lock = threading.Lock()
+        for t in self._threads:
+            t.start()
+
+    def submit(self, job: CopyJob) -> None:
+        if self._closed:
+            raise RuntimeError("transfer engine is closed")
+        self._jobs.put(job)
+
+    def run_now(self, route: tuple[str, str], work: Callable[[], int]) -> int:
+        """Run a copy in the calling thread (ingestion copies), timed like a background one."""
+        t0 = time.perf_counter()
+        nbytes = work()
+        self._account(route, nbytes, time.perf_counter() - t0)
+        return nbytes
+
+    def _account(self, route: tuple[str, str], nbytes: int, seconds: float) -> None:
+        self.estimator.observe(route[0], route[1], nbytes, seconds)
+        with self._stat_lock:
+            self.copies += 1
+            self.bytes += nbytes
+            self.busy_s += seconds
+
+    def _run(self) -> None:
+        stream = None
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            err: BaseException | None = None
+            try:
+                t0 = time.perf_counter()
+                if job.cuda:
+                    import torch
+
+                    if stream is None:
+                        stream = torch.cuda.Stream()
+                    with torch.cuda.stream(stream):
+                        nbytes = job.work()
+                        event = torch.cuda.Event()
+                        event.record(stream)
+                    event.synchronize()
+                else:
+                    nbytes = job.work()
+                self._account(job.route, nbytes, time.perf_counter() - t0)
+            except BaseException as exc:  # noqa: BLE001 - handed to the job's owner, never swallowed
+                err = exc
+                with self._stat_lock:
+                    self.errors += 1
+            try:
+                job.done(err)
+            except Exception:  # noqa: BLE001 - a callback bug must not kill the worker; printed
+                import traceback
+
+                traceback.print_exc()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._jobs.put(None)
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def stats(self) -> dict[str, float]:
+        with self._stat_lock:
+            return {"copies": self.copies, "bytes": self.bytes, "busy_s": self.busy_s, "errors": self.errors}
