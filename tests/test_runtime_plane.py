@@ -413,3 +413,82 @@ def test_checksum_helper_matches_plane_layout():
     for k, v in payload.items():
         views[k][:] = v
     assert checksum_bytes(views) == checksum_bytes(payload)
+
+
+# ------------------------------------------------------------------ producers in other processes
+
+SPAWN = __import__("multiprocessing").get_context("spawn")
+
+
+def _ring_producer(spec, schema_dict: dict, seed: int, sizes: list[int], version: int, die_after: int | None) -> None:
+    """A producer process: writes chunks through its ring; optionally dies in the middle of one."""
+    import os as _os
+    import random
+
+    from conduit.runtime.shm_ring import RingProducer
+
+    schema = Schema.from_dict(schema_dict)
+    rnd = random.Random(seed)
+    with RingProducer(spec) as producer:
+        for i, n in enumerate(sizes):
+            if die_after is not None and i == die_after:
+                slot = producer.reserve(n)
+                first = next(iter(slot.columns.values()))
+                first[: max(1, n // 2)] = 1  # half written, never committed
+                _os._exit(1)
+            producer.write(make_chunk(schema, n, seed * 1000 + i), chunk_id=(seed, i), policy_version=version)
+            time.sleep(rnd.random() * 0.002)  # jitter the interleaving with the other producers
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=schemas, data=st.data())
+def test_producer_processes_round_trip_exactly_once(schema, data):
+    producers = 3
+    sizes = [data.draw(st.lists(st.integers(1, 24), min_size=2, max_size=8), label=f"sizes{p}")
+             for p in range(producers)]
+    total = sum(map(sum, sizes))
+    with ExperiencePlane(schema, OnPolicy(), batch_steps=total, capacities=SMALL, verify_checksums=True) as plane:
+        procs = []
+        for p in range(producers):
+            spec = plane.attach_producer(f"p{p}", ring_bytes=64 << 10)
+            proc = SPAWN.Process(target=_ring_producer, args=(spec, schema.to_dict(), p, sizes[p], 0, None))
+            proc.start()
+            procs.append(proc)
+        with plane.next_batch(timeout=60) as b:
+            assert b.steps == total
+            sources = {(p, i): make_chunk(schema, n, p * 1000 + i) for p in range(producers)
+                       for i, n in enumerate(sizes[p])}
+            check_rows(b, sources)
+            ids = b.sample_ids()
+            assert len(ids) == len(set(ids)) == total
+        for proc in procs:
+            proc.join(timeout=30)
+            assert proc.exitcode == 0
+        report = plane.audit()
+        assert report.violations == 0, report.examples
+        assert report.checksums_verified == sum(len(s) for s in sizes)
+
+
+def test_producer_dying_mid_chunk_loses_nothing_committed():
+    schema = Schema.of({"obs": ((16,), "float32"), "act": "int64"})
+    with ExperiencePlane(schema, OnPolicy(), batch_steps=40, capacities=SMALL, verify_checksums=True) as plane:
+        healthy = plane.attach_producer("healthy", ring_bytes=64 << 10)
+        doomed = plane.attach_producer("doomed", ring_bytes=64 << 10)
+        procs = [SPAWN.Process(target=_ring_producer, args=(healthy, schema.to_dict(), 1, [10, 10], 0, None)),
+                 SPAWN.Process(target=_ring_producer, args=(doomed, schema.to_dict(), 2, [10, 10, 10], 0, 2))]
+        for proc in procs:
+            proc.start()
+        with plane.next_batch(timeout=60) as b:  # 2 healthy + 2 committed by the doomed one
+            sources = {(p, i): make_chunk(schema, 10, p * 1000 + i) for p in (1, 2) for i in range(3)}
+            check_rows(b, sources)
+        for proc in procs:
+            proc.join(timeout=30)
+        assert procs[1].exitcode == 1
+        deadline = time.time() + 10
+        while plane.metrics().get("partial_chunks_discarded", 0) < 1 and time.time() < deadline:
+            time.sleep(0.02)
+        m = plane.metrics()
+        assert m["partial_chunks_discarded"] == 1
+        assert m["rings"]["doomed"]["discarded_partial"] == 1
+        report = plane.audit()
+        assert report.violations == 0 and report.ingested_chunks == 4 and report.checksums_verified == 4

@@ -301,6 +301,7 @@ class ExperiencePlane:
             return ("", None, -1)
         tier = self._place(c, q)
         if q is not None and tier == q.tier.id:
+            self._open_builds(q, meta.policy_version)
             build = self._target_build(q, meta)
             if build is not None and build.free_rows >= meta.steps:
                 start = self._reserve(q, build, c, meta.steps)
@@ -471,15 +472,19 @@ class ExperiencePlane:
             q.ready.append(build)
             self._cond.notify_all()
 
-    def _open_builds(self, q: _Learner) -> None:
+    def _open_builds(self, q: _Learner, arriving: int | None = None) -> None:
+        """Open batches for the learner up to its prefetch depth; ``arriving`` is the version of a
+        chunk being ingested right now (so its one copy can go straight into its batch)."""
         limit = max(1, self.prefetch_depth)
         if len(q.builds) + len(q.ready) >= limit:
             return
         if isinstance(self.contract, OnPolicy):
-            keys = sorted({c.meta.policy_version for c in q.pending if c.remaining} - q.opened)
-            keys = [k for k in keys if k >= q.next_update]
+            versions = {c.meta.policy_version for c in q.pending if c.remaining}
+            if arriving is not None:
+                versions.add(arriving)
+            keys = [k for k in sorted(versions - q.opened) if k >= q.next_update]
         else:
-            has_rows = any(c.remaining for c in q.pending)
+            has_rows = arriving is not None or any(c.remaining for c in q.pending)
             keys = [] if not has_rows or any(b.free_rows for b in q.builds.values()) else [q.seq]
         for key in keys:
             if len(q.builds) + len(q.ready) >= limit:

@@ -15,7 +15,7 @@ differs; nothing of it lands anywhere.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,8 @@ class Column:
     name: str
     dtype: np.dtype
     shape: tuple[int, ...] = ()
+    step_bytes: int = field(init=False, compare=False, repr=False)
+    """Bytes of one step of this column (computed once: it sits on every ingestion's path)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -52,10 +54,7 @@ class Column:
             raise SchemaError(f"schema: column {self.name!r}: shape {shape} has a negative dimension")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "shape", shape)
-
-    @property
-    def step_bytes(self) -> int:
-        return int(self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)))
+        object.__setattr__(self, "step_bytes", int(dtype.itemsize * int(np.prod(shape, dtype=np.int64))))
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,7 @@ class Schema:
     """The columns every chunk of a plane carries, in a fixed order."""
 
     columns: tuple[Column, ...]
+    _layouts: dict = field(default_factory=dict, init=False, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -120,11 +120,17 @@ class Schema:
 
     def layout(self, steps: int) -> tuple[tuple[int, ...], int]:
         """Column offsets within an extent of ``steps`` samples, and the extent's total size."""
+        cached = self._layouts.get(steps)
+        if cached is not None:
+            return cached
         offsets, pos = [], 0
         for c in self.columns:
             offsets.append(pos)
             pos = align_up(pos + steps * c.step_bytes)
-        return tuple(offsets), max(pos, ALIGN)
+        out = (tuple(offsets), max(pos, ALIGN))
+        if len(self._layouts) < 4096:
+            self._layouts[steps] = out
+        return out
 
     def extent_bytes(self, steps: int) -> int:
         return self.layout(steps)[1]
