@@ -84,6 +84,7 @@ class BandwidthEstimator:
         self.alpha = alpha
         self._routes: dict[tuple[str, str], LinkEstimate] = {}
         self._lock = threading.Lock()
+        self.generation = 0  # bumped by every observation: readers cache derived numbers against it
 
     def prior(self, src: str, dst: str, bandwidth: float, latency: float = 0.0) -> None:
         """Seed a route (replaces any estimate it had)."""
@@ -97,6 +98,7 @@ class BandwidthEstimator:
             if est is None:
                 est = self._routes[(src, dst)] = LinkEstimate(default[0], default[1], self.alpha)
             est.observe(nbytes, seconds)
+            self.generation += 1
 
     def get(self, src: str, dst: str) -> LinkEstimate | None:
         return self._routes.get((src, dst))

@@ -103,6 +103,8 @@ class RuntimeClusterView(ClusterView):
         self._tier_states = _Tiers(self)
         self._learner_states = _Learners(learners)
         self._hbm = {t.device: t.id for t in tiers.values() if t.kind is TierKind.HBM}
+        self._by_node: dict[tuple, list[str]] = {}
+        self._speeds: dict[str, tuple[int, float, float]] = {}
         for a in tiers.values():  # priors: the topology's numbers for every tier pair
             for b in tiers.values():
                 if a is not b:
@@ -136,9 +138,30 @@ class RuntimeClusterView(ClusterView):
     def policy_version(self) -> int:
         return self._version()
 
+    #: observations between two recomputations of a tier's media speeds (they move slowly)
+    SPEED_REFRESH = 32
+
     def media_speed(self, tier: RuntimeTier) -> tuple[float, float]:
         """Read and write speed of a tier: the topology's, unless copies out of / into it were
         measured to be faster (a measured copy bounds the medium's speed from below)."""
+        gen = self._estimator.generation
+        cached = self._speeds.get(tier.id)
+        if cached is not None and gen - cached[0] < self.SPEED_REFRESH:
+            return cached[1], cached[2]
+        read, write = self._measured_speed(tier)
+        self._speeds[tier.id] = (gen, read, write)
+        return read, write
+
+    def tiers_on(self, node, kind=None) -> list[TierState]:
+        """Indexed by (node, kind): placement asks this per chunk."""
+        key = (node, kind.value if hasattr(kind, "value") else kind)
+        ids = self._by_node.get(key)
+        if ids is None:
+            ids = [t.id for t in self._tiers.values() if t.node == node and (kind is None or t.kind.value == key[1])]
+            self._by_node[key] = ids
+        return [self._tier_states[i] for i in ids]
+
+    def _measured_speed(self, tier: RuntimeTier) -> tuple[float, float]:
         read, write = tier.read_bandwidth, tier.write_bandwidth
         for other in self._tiers:
             out = self._estimator.get(tier.id, other)
