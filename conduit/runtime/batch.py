@@ -74,6 +74,7 @@ class Batch:
         self.columns = columns
         self.selections = list(build.selections)
         self.versions = list(build.versions)
+        self.created = list(build.created)  # t_created of every chunk the batch carries
         self.t_ready = build.t_ready
         self.released = False
 
@@ -91,6 +92,12 @@ class Batch:
         """The learner is done with the batch: its memory goes back to the tier."""
         if not self.released:
             self.released = True
+            first = next(iter(self.columns.values()), None)
+            if first is not None and not isinstance(first, np.ndarray) and first.is_cuda:
+                import torch
+
+                # the learner's kernels may still read the batch: its memory is reused only after
+                torch.cuda.current_stream(first.device).synchronize()
             self._plane._release(self._build, self.update)
             self.columns = {}
 

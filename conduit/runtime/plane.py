@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import threading
 import time
 from collections import OrderedDict, deque
@@ -318,19 +319,21 @@ class ExperiencePlane:
         src = {k: payload[k] for k in self.schema.names}
         meta = c.meta
         if build is not None:
+            dst_tier = build.extent.tier
             dst = build.extent.columns()
-            self.engine.run_now(("producer", tier), lambda: copy_rows(src, slice(0, meta.steps), dst, start)
-                                * self.schema.step_bytes)
+            self.engine.run_now(("producer", tier), lambda: self._copy(None, src, 0, meta.steps, dst_tier, dst, start),
+                                cuda=dst_tier.medium.device_side)
             with self._cond:
                 self._chunks[meta.id] = c
                 self._locations[meta.id] = tier
                 self._filled(build, meta.steps)
                 self._pump()
             return
+        dst_tier = c.extent.tier
         dst = c.extent.columns()
         try:
-            self.engine.run_now(("producer", tier), lambda: copy_rows(src, slice(0, meta.steps), dst, 0)
-                                * self.schema.step_bytes)
+            self.engine.run_now(("producer", tier), lambda: self._copy(None, src, 0, meta.steps, dst_tier, dst, 0),
+                                cuda=dst_tier.medium.device_side)
         except BaseException:
             with self._cond:
                 c.extent.free()
@@ -429,7 +432,8 @@ class ExperiencePlane:
             return
         old = c.extent
         nbytes = self.engine.run_now((tier.id, dst.id), lambda: copy_rows(
-            old.columns(), slice(0, c.meta.steps), new.columns(), 0) * self.schema.step_bytes)
+            old.columns(), slice(0, c.meta.steps), new.columns(), 0) * self.schema.step_bytes,
+            cuda=tier.medium.device_side or dst.medium.device_side)
         old.free()
         c.extent = new
         del self._residents[tier.id][c.meta.id]
@@ -476,8 +480,8 @@ class ExperiencePlane:
         """Open batches for the learner up to its prefetch depth; ``arriving`` is the version of a
         chunk being ingested right now (so its one copy can go straight into its batch)."""
         limit = max(1, self.prefetch_depth)
-        if len(q.builds) + len(q.ready) >= limit:
-            return
+        if len(q.builds) + len(q.ready) >= limit or (self.prefetch_depth == 0 and not q.model.waiting):
+            return  # depth 0: nothing is assembled before the learner asks
         if isinstance(self.contract, OnPolicy):
             versions = {c.meta.policy_version for c in q.pending if c.remaining}
             if arriving is not None:
@@ -554,27 +558,10 @@ class ExperiencePlane:
         src_extent, dst_extent = c.extent, build.extent
         c.busy += 1
         cuda = src_extent.tier.medium.device_side or dst_extent.tier.medium.device_side
-        step_bytes = self.schema.step_bytes
-        pinned = cuda and self.path.pinned and src_extent.tier.kind is not TierKind.PINNED \
-            and not src_extent.tier.medium.device_side
-        stage_tier = next((t for t in self.tiers.values() if t.kind is TierKind.PINNED), None) if pinned else None
 
         def work() -> int:
-            src = src_extent.columns()
-            if stage_tier is not None:  # pageable -> pinned ring -> device (DMA at link speed)
-                stage = stage_tier.allocate(n)
-                if stage is not None:
-                    try:
-                        copy_rows(src, slice(first, first + n), stage.columns(), 0)
-                        copy_rows(stage.columns(), slice(0, n), dst_extent.columns(), start, non_blocking=True)
-                        import torch
-
-                        torch.cuda.current_stream().synchronize()
-                    finally:
-                        stage.free()
-                    return n * step_bytes
-            copy_rows(src, slice(first, first + n), dst_extent.columns(), start, non_blocking=cuda)
-            return n * step_bytes
+            return self._copy(src_extent.tier, src_extent.columns(), first, n, dst_extent.tier,
+                              dst_extent.columns(), start)
 
         def done(err: BaseException | None) -> None:
             with self._cond:
@@ -590,6 +577,32 @@ class ExperiencePlane:
 
         self.metrics_.count("moves")
         self.engine.submit(CopyJob((src_extent.tier.id, dst_extent.tier.id), work, done, cuda=cuda))
+
+    def _copy(self, src_tier: RuntimeTier | None, src: Mapping[str, Any], first: int, n: int,
+              dst_tier: RuntimeTier, dst: Mapping[str, Any], start: int) -> int:
+        """Rows ``first:first+n`` of ``src`` into rows ``start:`` of ``dst``; returns bytes moved.
+
+        Host memory to a device goes through the pinned staging ring when the path settings ask for
+        pinned copies and it has room (one memcpy, then a DMA at link speed); pinned or device
+        sources are copied directly. Call inside the stream the copy should run on."""
+        step_bytes = self.schema.step_bytes
+        to_device = dst_tier.medium.device_side and (src_tier is None or not src_tier.medium.device_side)
+        if to_device and self.path.pinned and (src_tier is None or src_tier.kind is not TierKind.PINNED):
+            stage_tier = next((t for t in self.tiers.values() if t.kind is TierKind.PINNED), None)
+            stage = stage_tier.allocate(n) if stage_tier is not None else None
+            if stage is not None:
+                try:
+                    staged = stage.columns()
+                    copy_rows(src, slice(first, first + n), staged, 0)
+                    copy_rows(staged, slice(0, n), dst, start, non_blocking=True)
+                    import torch
+
+                    torch.cuda.current_stream().synchronize()  # the staging slot is reused after this
+                finally:
+                    stage.free()
+                return n * step_bytes
+        copy_rows(src, slice(first, first + n), dst, start, non_blocking=dst_tier.medium.device_side)
+        return n * step_bytes
 
     def _free_extent(self, c: _Chunk) -> None:
         tier = c.extent.tier.id
@@ -818,7 +831,8 @@ class ExperiencePlane:
                 start = row
                 self.engine.run_now((src_tier, q.tier.id),
                                     lambda c=c, idx=idx, start=start: copy_rows(c.extent.columns(), idx, dst, start)
-                                    * self.schema.step_bytes)
+                                    * self.schema.step_bytes,
+                                    cuda=q.tier.medium.device_side or c.extent.tier.medium.device_side)
                 row += len(idx)
                 build.selections.append((c.meta.id, idx))
                 build.created.append(c.meta.t_created)
@@ -872,6 +886,9 @@ class ExperiencePlane:
         return ring.spec()
 
     def _ring_loop(self) -> None:
+        """Serve every producer ring: drain what is committed, then sleep in ``select`` on the
+        rings' notification pipes until a producer commits (or dies), so a chunk is picked up
+        within microseconds without spinning."""
         while not self._closed:
             with self._lock:
                 rings = list(self._rings)
@@ -890,7 +907,11 @@ class ExperiencePlane:
                 if lost:
                     self.metrics_.count("partial_chunks_discarded", lost)
             if idle:
-                time.sleep(0.001)
+                fds = [r.fileno() for r in rings if r.producer_alive]
+                if fds:
+                    select.select(fds, [], [], 0.05)
+                else:
+                    time.sleep(0.05)
 
     def _ingest_record(self, ring: Any, rec: Any) -> None:
         while not self._closed:

@@ -342,6 +342,11 @@ class ShmRing:
                 self._drain()
         return self._alive
 
+    def fileno(self) -> int:
+        """The notification pipe's descriptor: readable when records (or the producer's EOF) wait;
+        a plane serving many rings ``select``s on these instead of polling each."""
+        return self._fd
+
     def poll(self, timeout: float = 0.0) -> list[RingRecord]:
         """Committed records not returned before, oldest first; waits up to ``timeout`` s for the first."""
         deadline = time.monotonic() + max(0.0, timeout)

@@ -99,6 +99,7 @@ class TransferEngine:
         self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
                          for i in range(max(1, workers))]
         self._closed = False
+        self._local = threading.local()
         self.copies = 0
         self.bytes = 0
         self.busy_s = 0.0
@@ -112,10 +113,23 @@ class TransferEngine:
             raise RuntimeError("transfer engine is closed")
         self._jobs.put(job)
 
-    def run_now(self, route: tuple[str, str], work: Callable[[], int]) -> int:
-        """Run a copy in the calling thread (ingestion copies), timed like a background one."""
+    def run_now(self, route: tuple[str, str], work: Callable[[], int], cuda: bool = False) -> int:
+        """Run a copy in the calling thread (ingestion copies), timed like a background one.
+
+        With ``cuda`` the copy is issued on a side stream of the calling thread and waited for there,
+        so it never queues behind the learner's kernels on the default stream."""
         t0 = time.perf_counter()
-        nbytes = work()
+        if cuda:
+            import torch
+
+            stream = getattr(self._local, "stream", None)
+            if stream is None:
+                stream = self._local.stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                nbytes = work()
+            stream.synchronize()
+        else:
+            nbytes = work()
         self._account(route, nbytes, time.perf_counter() - t0)
         return nbytes
 

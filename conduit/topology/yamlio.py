@@ -8,10 +8,9 @@ line of each key or item next to the data.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from conduit.errors import TopologyError
 
@@ -30,24 +29,30 @@ class LineList(list):
     item_lines: list[int]
 
 
-class _LineLoader(yaml.SafeLoader):
-    def construct_mapping(self, node, deep=False):
-        mapping = LineDict(super().construct_mapping(node, deep=True))
-        mapping.line = node.start_mark.line + 1
-        mapping.key_lines = {
-            key_node.value: key_node.start_mark.line + 1 for key_node, _ in node.value
-        }
-        return mapping
+@functools.cache
+def _line_loader() -> type:
+    """The line-keeping loader, built on first use: PyYAML is needed to read files, not to build
+    topologies from dicts (a GPU machine without PyYAML still runs the runtime)."""
+    import yaml
 
-    def construct_sequence(self, node, deep=False):
-        items = LineList(super().construct_sequence(node, deep=True))
-        items.line = node.start_mark.line + 1
-        items.item_lines = [child.start_mark.line + 1 for child in node.value]
-        return items
+    class _LineLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            mapping = LineDict(super().construct_mapping(node, deep=True))
+            mapping.line = node.start_mark.line + 1
+            mapping.key_lines = {
+                key_node.value: key_node.start_mark.line + 1 for key_node, _ in node.value
+            }
+            return mapping
 
+        def construct_sequence(self, node, deep=False):
+            items = LineList(super().construct_sequence(node, deep=True))
+            items.line = node.start_mark.line + 1
+            items.item_lines = [child.start_mark.line + 1 for child in node.value]
+            return items
 
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _LineLoader.construct_sequence)
+    _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
+    _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _LineLoader.construct_sequence)
+    return _LineLoader
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -64,8 +69,10 @@ def read_yaml(path: str | Path) -> Any:
 
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text; ``source`` names it in errors."""
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_LineLoader)
+        return yaml.load(text, Loader=_line_loader())
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
