@@ -183,7 +183,8 @@ class ExperiencePlane:
         self._table: OrderedDict[Hashable, _Chunk] = OrderedDict()  # Replay: live chunks, oldest first
         self._table_steps = 0
         self._inserted = 0
-        self._sampled = 0
+        self._sampled = 0  # steps selected for batches (the sampling side of the limiter)
+        self._delivered = 0  # steps handed over, counted with the auditor's delivered() (the inserting side)
         self._round_robin = itertools.cycle(list(learners))
         self._rings: list[Any] = []
         self._released: dict[int, set[str]] = {}  # OnPolicy: learners done with update k
@@ -275,9 +276,17 @@ class ExperiencePlane:
             if learner is not None and learner not in self._learners:
                 raise UnknownNameError("learner", learner, list(self._learners))
             if isinstance(self.contract, Replay):
-                self._wait(lambda: self.contract.can_insert(steps, self._inserted, self._sampled), deadline,
+                if steps > self.contract.capacity:
+                    raise CapacityError(f"chunk {chunk_id!r}: {steps} steps exceed Replay.capacity "
+                                        f"{self.contract.capacity}; split it")
+                # one predicate, so no other producer is admitted between the check and the counting below
+                self._wait(lambda: self.contract.can_insert(steps, self._inserted, self._delivered)
+                           and self._trim_replay(steps), deadline,
                            lambda: f"chunk {chunk_id!r}: the replay rate limiter blocked insertion for {timeout:g} s "
-                                   f"(sampled {self._sampled} of {self._inserted} inserted steps)")
+                                   f"(sampled {self._delivered} of {self._inserted} inserted steps; the table's "
+                                   f"oldest chunk may be in use)")
+                self._inserted += steps  # with the auditor's ingested() in _admit, in this same lock hold
+                self._table_steps += steps  # its room in the table, reserved
                 learner = None
             else:
                 learner = learner or next(self._round_robin)
@@ -337,6 +346,8 @@ class ExperiencePlane:
         except BaseException:
             with self._cond:
                 c.extent.free()
+                if isinstance(self.contract, Replay):
+                    self._table_steps -= meta.steps  # its reserved room
                 self.auditor.dropped(meta.id, time.time(), "ingest-failed")
                 self._cond.notify_all()
             raise
@@ -778,19 +789,24 @@ class ExperiencePlane:
 
     # ---------------------------------------------------------------------------- replay
     def _insert_replay(self, c: _Chunk) -> None:
-        self._table[c.meta.id] = c
-        self._table_steps += c.meta.steps
-        self._inserted += c.meta.steps
-        while self._table_steps > self.contract.capacity and len(self._table) > 1:
+        self._table[c.meta.id] = c  # counted and given room at admission (ingest)
+        self._cond.notify_all()
+
+    def _trim_replay(self, steps: int) -> bool:
+        """Under the lock: evict the oldest chunks until ``steps`` more fit in the table. False (wait)
+        while the oldest is being sampled or the table's contents are still in flight."""
+        while self._table_steps + steps > self.contract.capacity:
+            if not self._table:
+                return False
             cid, old = next(iter(self._table.items()))
             if old.busy:
-                break
+                return False
             self._table.pop(cid)
             self._table_steps -= old.meta.steps
             old.next_row = old.meta.steps
             self._maybe_retire(old)
             self.metrics_.count("evicted_chunks")
-        self._cond.notify_all()
+        return True
 
     def _sample(self, learner: str, timeout: float | None) -> Batch:
         q = self._learners[learner]
@@ -837,10 +853,12 @@ class ExperiencePlane:
                 build.selections.append((c.meta.id, idx))
                 build.created.append(c.meta.t_created)
                 build.versions.append(c.meta.policy_version)
-        finally:
+        except BaseException:
             with self._cond:
                 for c, _ in selections:
                     c.busy -= 1
+                self._cond.notify_all()
+            raise
         build.reserved = build.filled = n
         build.t_ready = time.time()
         with self._cond:
@@ -849,6 +867,10 @@ class ExperiencePlane:
             upd = self._version
             t_handed = time.time()
             self.auditor.delivered(upd, build.selections, t_handed)
+            self._delivered += n
+            for c, _ in selections:  # only now may a producer evict them (after the auditor saw the delivery)
+                c.busy -= 1
+            self._cond.notify_all()
             self.metrics_.update_started(learner, t_asked, build.t_ready, t_handed, [])
             self.metrics_.count("delivered_batches")
             self.metrics_.count("delivered_samples", n)

@@ -1,0 +1,676 @@
+"""The experience plane on a Ray cluster: one plane actor per node that hosts learners.
+
+**Model.** Each node that runs learners gets one :class:`PlaneActor`, pinned there (hard node
+affinity), holding an ordinary :class:`~conduit.runtime.plane.ExperiencePlane` whose tiers are that
+node's memory. A learner belongs to exactly one node, so every chunk has one destination: the plane
+of its learner's node. :class:`PlaneCluster`, a small picklable handle, does the routing; it can be
+handed to producer and learner tasks and actors anywhere in the cluster.
+
+**The Ray object store is the cross-node tier.** A producer's chunk is put into its own node's
+object store once (``ray.put``) and passed by reference to the destination plane actor. Ray resolves
+the reference before the actor's ``ingest`` runs: on the same node the actor reads the chunk from
+shared memory in place; on another node Ray first pulls the bytes into that node's object store.
+The plane then makes its one ingestion copy into a tier of its node. So a chunk crosses the network
+at most once, on its way to the node that consumes it, and never through the driver. Delivered
+batches go back to the learner the same way (the actor's return value is an object in the store).
+Payloads smaller than ``inline_bytes`` skip ``ray.put`` and travel inside the call itself, as Ray
+does for small arguments anyway (off by default: every chunk goes through the store).
+
+**Data contracts hold per node.** Each node's plane enforces the contract for its own learners and
+audits their samples: under ``OnPolicy`` a learner's batch *k* holds version-*k* samples routed to
+that learner, each delivered once; under ``BoundedStaleness`` staleness is judged against the
+version last broadcast (:meth:`PlaneCluster.set_policy_version` reaches every node); under
+``Replay`` every node keeps its own table and rate limiter over the chunks routed to it, and its
+learners sample only from it. Nothing moves between planes, so the per-node audits are the whole
+story; :meth:`PlaneCluster.audit` sums them and keeps each node's report.
+
+**Concurrency.** A plane actor is a threaded actor with three concurrency groups: ``ingest``
+(producers, which may block on backpressure or the replay rate limiter), ``deliver`` (learners
+blocked in ``next_batch``) and the default group for control calls (versions, audits, close). A
+producer waiting for room therefore never keeps a learner from the batch that would free it. The
+plane itself is thread-safe.
+
+**Chunk ids** are unique cluster-wide when the plane assigns them: ``f"{producer}-n{k}-{seq}"``,
+with ``k`` the node's index in :attr:`PlaneCluster.nodes` and ``seq`` that plane's counter. An
+explicit ``chunk_id`` is checked for duplicates on its node only.
+
+**Errors.** Conduit errors raised inside an actor reach the caller as the same class with the same
+message (the remote traceback is attached as a note), so ``except PlaneFullError`` works across
+nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import os
+import pickle
+import threading
+import time
+import traceback
+import zlib
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+
+from conduit.contracts import Contract, contract_from_dict
+from conduit.errors import ConduitError, UnknownNameError
+from conduit.runtime.schema import Schema
+
+try:  # Ray is an optional dependency (conduit-rl[rllib])
+    import ray
+except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
+    ray = None
+
+INSTALL_HINT = "pip install 'conduit-rl[rllib]'"
+LOCAL = "local"
+"""In ``learners``: the node of the process that calls :meth:`PlaneCluster.start`."""
+
+
+# ------------------------------------------------------------------------------------------- ray
+def _require_ray() -> Any:
+    """The ``ray`` module, initialised; a :class:`ConduitError` saying what to do otherwise."""
+    try:
+        import ray as _ray
+    except ImportError:
+        raise ConduitError(f"the Ray plane needs Ray, which is not installed: {INSTALL_HINT}") from None
+    if not _ray.is_initialized():
+        raise ConduitError("Ray is not initialised: call ray.init(...) (or start the Ray cluster and connect "
+                           "to it) before PlaneCluster.start")
+    return _ray
+
+
+class _Carried(Exception):
+    """A Conduit error in transit from an actor: its class, message, attributes and traceback.
+
+    Some Conduit errors take several constructor arguments and cannot be rebuilt by pickle from
+    their message alone; this wrapper always can, and :func:`_rebuild` gives the caller the original
+    class back.
+    """
+
+    def __init__(self, cls: type, message: str, state: dict[str, Any], remote_tb: str, node: str):
+        super().__init__(cls, message, state, remote_tb, node)
+        self.cls, self.message, self.state, self.remote_tb, self.node = cls, message, state, remote_tb, node
+
+    def __str__(self) -> str:
+        return f"{self.cls.__name__}: {self.message}"
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:  # noqa: BLE001 - any failure means "cannot ship"
+        return False
+    return True
+
+
+def _carry(exc: ConduitError, node: str) -> _Carried:
+    state = {k: v for k, v in vars(exc).items() if _picklable(v)}  # what cannot ship stays behind
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return _Carried(type(exc), str(exc), state, tb, node)
+
+
+def _rebuild(carried: _Carried) -> BaseException:
+    exc = carried.cls.__new__(carried.cls)
+    exc.args = (carried.message,)
+    exc.__dict__.update(carried.state)
+    exc.add_note(f"raised by the Conduit plane actor on node {carried.node}; remote traceback:\n"
+                 f"{carried.remote_tb.rstrip()}")
+    return exc
+
+
+def _get(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get`` that re-raises a Conduit error from an actor as itself."""
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, _Carried):
+            raise _rebuild(cause) from None
+        raise
+
+
+def _method(**options: Any) -> Callable[[Callable], Callable]:
+    return ray.method(**options) if ray is not None else (lambda fn: fn)
+
+
+def _portable(fn: Callable) -> Callable:
+    """Actor method wrapper: Conduit errors leave the actor as :class:`_Carried`.
+
+    It goes above ``ray.method``: Ray reads method options from the unwrapped function.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(self: _PlaneActor, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except ConduitError as exc:
+            raise _carry(exc, self._node_id) from None
+
+    return wrapper
+
+
+# ------------------------------------------------------------------------------------------- results
+@dataclass
+class RemoteBatch:
+    """A batch as delivered through a plane actor: the learner's own copy, already released in the plane.
+
+    ``columns`` are numpy arrays (row ``r`` of each is the ``r``-th sample of ``selections``);
+    ``node_id`` is the Ray node of the plane that delivered it.
+    """
+
+    learner: str
+    update: int
+    steps: int
+    columns: dict[str, np.ndarray]
+    selections: list[tuple[Hashable, range | np.ndarray]]
+    versions: list[int]
+    node_id: str
+    t_ready: float | None = None
+
+    def sample_ids(self) -> list[tuple[Hashable, int]]:
+        """Every sample of the batch, in row order."""
+        return [(cid, int(i)) for cid, idx in self.selections for i in idx]
+
+    def tensors(self) -> dict[str, Any]:
+        """The columns as torch tensors (zero copy)."""
+        import torch
+
+        return {k: torch.from_numpy(v) for k, v in self.columns.items()}
+
+    def release(self) -> None:
+        """Nothing to do: the plane released its batch when it copied this one out (kept for symmetry)."""
+
+
+def _host_copy(x: Any) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return np.array(x, copy=True)
+    return x.detach().cpu().numpy().copy()  # a CUDA learner tier: bring the batch to host memory
+
+
+def _payload_nbytes(payload: Mapping[str, Any]) -> int:
+    return int(sum(int(getattr(v, "nbytes", np.asarray(v).nbytes)) for v in payload.values()))
+
+
+# ------------------------------------------------------------------------------------------- the actor
+class _PlaneActor:
+    """One node's plane, built inside the actor from plain keyword arguments: ``schema`` in
+    :meth:`Schema.to_dict` (or mapping) form, ``contract`` as its ``to_dict``, ``learners`` as
+    ``{learner id: "cpu" | "cuda:N"}``, ``index`` the node's position in the cluster (for chunk ids),
+    the rest as for :class:`~conduit.runtime.plane.ExperiencePlane` (see :meth:`PlaneCluster.start`)."""
+
+    def __init__(self, *, index: int, schema: Mapping[str, Any], contract: Mapping[str, Any], batch_steps: int,
+                 learners: Mapping[str, str], policy: Any = "conduit", params: Mapping[str, Any] | None = None,
+                 capacities: Mapping[str, Any] | None = None, **plane_kwargs: Any):
+        from conduit.runtime.plane import ExperiencePlane
+
+        self._node_id = ray.get_runtime_context().get_node_id()
+        self._index = int(index)
+        self._learner_ids = sorted(learners)
+        self._seq = itertools.count()
+        self._stats_lock = threading.Lock()
+        self._transport = {"store_chunks": 0, "store_bytes": 0, "inline_chunks": 0, "inline_bytes": 0,
+                           "remote_chunks": 0, "remote_bytes": 0}
+        self._plane = None
+        self._init_error: BaseException | None = None
+        self._final: dict[str, Any] | None = None
+        try:
+            self._plane = ExperiencePlane(
+                _schema(schema), contract_from_dict(contract), batch_steps=batch_steps, policy=policy,
+                params=params, learners=dict(learners), capacities=capacities, **plane_kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported by ready(), where the caller sees it
+            self._init_error = exc
+
+    def _live(self) -> Any:
+        if self._plane is None:
+            raise ConduitError(f"the plane on node {self._node_id} failed to start: {self._init_error}")
+        return self._plane
+
+    @_portable
+    @_method(concurrency_group="control")
+    def ready(self) -> str:
+        """The node id once the plane is built; the construction error otherwise."""
+        if self._init_error is not None:
+            if isinstance(self._init_error, ConduitError):
+                raise self._init_error
+            raise RuntimeError(f"the plane on node {self._node_id} failed to start") from self._init_error
+        return self._node_id
+
+    @_method(concurrency_group="control")
+    def node_id(self) -> str:
+        return self._node_id
+
+    @_portable
+    @_method(concurrency_group="ingest")
+    def ingest(self, payload: Mapping[str, Any], *, producer: str = "local", chunk_id: Hashable | None = None,
+               source_node: str | None = None, via_store: bool = False, **meta: Any) -> Hashable:
+        """Ingest one chunk (Ray has already resolved an ``ObjectRef`` payload); returns its id."""
+        plane = self._live()
+        if chunk_id is None:
+            chunk_id = f"{producer}-n{self._index}-{next(self._seq)}"
+        cid = plane.ingest(payload, producer=producer, chunk_id=chunk_id, **meta)
+        nbytes = _payload_nbytes(payload)
+        with self._stats_lock:
+            kind = "store" if via_store else "inline"
+            self._transport[f"{kind}_chunks"] += 1
+            self._transport[f"{kind}_bytes"] += nbytes
+            if source_node is not None and source_node != self._node_id:
+                self._transport["remote_chunks"] += 1
+                self._transport["remote_bytes"] += nbytes
+        return cid
+
+    @_portable
+    @_method(concurrency_group="deliver")
+    def next_batch(self, learner: str | None = None, update: int | None = None,
+                   timeout: float | None = None) -> RemoteBatch:
+        """The learner's next batch, copied out of the plane (which then releases it)."""
+        batch = self._live().next_batch(learner, update=update, timeout=timeout)
+        try:
+            return RemoteBatch(batch.learner, batch.update, batch.steps,
+                               {k: _host_copy(v) for k, v in batch.columns.items()},
+                               list(batch.selections), list(batch.versions), self._node_id, batch.t_ready)
+        finally:
+            batch.release()
+
+    @_portable
+    @_method(concurrency_group="control")
+    def set_policy_version(self, version: int) -> None:
+        self._live().set_policy_version(version)
+
+    @_portable
+    @_method(concurrency_group="control")
+    def audit(self) -> dict[str, Any]:
+        if self._final is not None:
+            return self._final
+        return self._live().audit().to_dict()
+
+    @_portable
+    @_method(concurrency_group="control")
+    def metrics(self) -> dict[str, Any]:
+        out = self._live().metrics()
+        with self._stats_lock:
+            out["transport"] = dict(self._transport)
+        out["node_id"] = self._node_id
+        out["node_index"] = self._index
+        out["learners"] = list(self._learner_ids)
+        out["object_store_bytes_received"] = out["transport"]["store_bytes"]
+        return out
+
+    @_portable
+    @_method(concurrency_group="control")
+    def close(self) -> dict[str, Any] | None:
+        """Close the plane (waking blocked callers with an error); returns the final audit."""
+        if self._plane is None:
+            return None
+        if self._final is None:
+            self._final = self._plane.close().to_dict()
+        return self._final
+
+
+class _NoRay:
+    """Stands in for :data:`PlaneActor` where Ray is not installed."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise ConduitError(f"the Ray plane needs Ray, which is not installed: {INSTALL_HINT}")
+
+
+CONCURRENCY = {"ingest": 8, "deliver": 4, "control": 2}
+"""Threads per concurrency group of a plane actor (override with ``PlaneCluster.start(concurrency=...)``)."""
+
+if ray is not None:
+    PlaneActor = ray.remote(concurrency_groups=CONCURRENCY)(_PlaneActor)
+else:  # pragma: no cover
+    PlaneActor = _NoRay()
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def _stop(actors: Any, timeout: float) -> list[dict[str, Any] | None]:
+    """Close every actor's plane (its final audit, or None where that failed), then end the actors."""
+    actors = list(actors)
+    refs = [a.close.remote() for a in actors]
+    finals: list[dict[str, Any] | None] = []
+    deadline = time.monotonic() + timeout
+    try:
+        for ref in refs:
+            try:
+                finals.append(_get(ref, timeout=max(0.0, deadline - time.monotonic())))
+            except Exception:  # noqa: BLE001 - one dead or stuck node must not keep the others alive
+                finals.append(None)
+    finally:
+        for a in actors:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(a)
+    return finals
+
+
+def _schema(spec: Schema | Mapping[str, Any]) -> Schema:
+    """A schema from a :class:`Schema`, its ``to_dict`` form, or the mapping form ``Schema.of`` takes."""
+    if isinstance(spec, Schema):
+        return spec
+    if isinstance(spec, Mapping) and spec and all(isinstance(v, Mapping) and "dtype" in v for v in spec.values()):
+        return Schema.from_dict(spec)
+    return Schema.of(spec)
+
+
+def _short(node_id: str) -> str:
+    return node_id[:12]
+
+
+def merge_audits(per_node: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One report from per-node audit dicts (:meth:`~conduit.audit.AuditReport.to_dict`).
+
+    Counts, violations and drops are summed; ``updates_consumed`` is the largest per-node value
+    (every node serves the same policy versions); ``examples`` and ``peak_occupancy`` are keyed by
+    ``"<node id prefix>/..."``; ``nodes`` keeps every node's report as it was.
+    """
+    reports = [r for r in per_node.values() if r is not None]
+    out: dict[str, Any] = {
+        "contract": dict(reports[0]["contract"]) if reports else {},
+        "violations": 0, "by_kind": {}, "examples": {}, "dropped_samples": {}, "peak_occupancy": {},
+        "updates_consumed": 0, "finished": bool(reports) and all(r["finished"] for r in reports),
+        "t": max((r["t"] for r in reports), default=0.0),
+    }
+    summed = ("ingested_chunks", "ingested_samples", "ingested_bytes", "deliveries", "delivered_samples",
+              "delivered_bytes", "unused_resident_samples", "checksums_verified", "out_of_band_events")
+    for k in summed:
+        out[k] = 0
+    for node, r in per_node.items():
+        if r is None:
+            continue
+        out["violations"] += int(r["violations"])
+        for k in summed:
+            out[k] += r.get(k, 0)
+        for kind, n in r["by_kind"].items():
+            out["by_kind"][kind] = out["by_kind"].get(kind, 0) + n
+        for reason, n in r["dropped_samples"].items():
+            out["dropped_samples"][reason] = out["dropped_samples"].get(reason, 0) + n
+        for kind, msgs in r["examples"].items():
+            out["examples"].setdefault(kind, []).extend(f"[{_short(node)}] {m}" for m in msgs)
+        for tier, n in r["peak_occupancy"].items():
+            out["peak_occupancy"][f"{_short(node)}/{tier}"] = n
+        out["updates_consumed"] = max(out["updates_consumed"], r["updates_consumed"])
+    out["nodes"] = {node: r for node, r in per_node.items()}
+    return out
+
+
+# ------------------------------------------------------------------------------------------- the handle
+class PlaneCluster:
+    """Driver-side handle to the plane actors; picklable, so producers and learners can hold it.
+
+    Build it with :meth:`start`. ``nodes`` lists the Ray node ids that have a plane (in start
+    order, which gives each node its index ``k``); ``learners`` maps every learner to its node.
+    Only the process that started the cluster should call :meth:`shutdown`.
+    """
+
+    def __init__(self, actors: Mapping[str, Any], learners: Mapping[str, str], *, schema: Schema,
+                 contract: Contract, batch_steps: int, inline_bytes: int = 0):
+        self._actors = dict(actors)
+        self._learners = dict(learners)
+        self.schema = schema
+        self.contract = contract
+        self.batch_steps = batch_steps
+        self.inline_bytes = int(inline_bytes)
+        self._rr: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._final: dict[str, Any] | None = None
+
+    # ----------------------------------------------------------------------------- start
+    @classmethod
+    def start(
+        cls,
+        schema: Schema | Mapping[str, Any],
+        contract: Contract | Mapping[str, Any],
+        *,
+        batch_steps: int,
+        learners: Mapping[str, str],
+        policy: str | Any = "conduit",
+        params: Mapping[str, Any] | None = None,
+        params_file: str | os.PathLike | None = None,
+        capacities: Mapping[str, Any] | None = None,
+        devices: Mapping[str, str] | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        concurrency: Mapping[str, int] | None = None,
+        inline_bytes: int = 0,
+        ready_timeout: float = 120.0,
+        **plane_kwargs: Any,
+    ) -> PlaneCluster:
+        """Start one plane actor on every node that hosts learners; returns the handle.
+
+        ``learners`` maps learner ids to Ray node ids (``ray.get_runtime_context().get_node_id()``,
+        or ``"local"`` for this process's node). ``devices`` maps learner ids to ``"cpu"`` (default)
+        or ``"cuda:N"`` (then give the actor GPUs through ``actor_options``). ``policy``, ``params``
+        and ``params_file`` (read here, on the caller's node) choose the policy; ``capacities`` and
+        the remaining keyword arguments (``prefetch_depth``, ``ingest_timeout``,
+        ``verify_checksums``, ``topology``, ...) go to every node's
+        :class:`~conduit.runtime.plane.ExperiencePlane`. ``actor_options`` go to Ray (default
+        ``num_cpus=0``: the plane's copies run on threads and reserve no CPU); ``concurrency``
+        sizes the actor's thread groups (:data:`CONCURRENCY`). Chunks of fewer than
+        ``inline_bytes`` bytes travel inside the call rather than through ``ray.put``.
+        """
+        ray_ = _require_ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        schema = _schema(schema)
+        contract = contract_from_dict(contract) if isinstance(contract, Mapping) else contract
+        if isinstance(batch_steps, bool) or not isinstance(batch_steps, int) or batch_steps <= 0:
+            raise ConduitError(f"batch_steps must be a positive integer, got {batch_steps!r}")
+        if not isinstance(learners, Mapping) or not learners:
+            raise ConduitError("learners must map at least one learner id to a Ray node id (or 'local')")
+        alive = sorted(n["NodeID"] for n in ray_.nodes() if n.get("Alive"))
+        here = ray_.get_runtime_context().get_node_id()
+        placed: dict[str, str] = {}
+        for lid, node in learners.items():
+            node = here if node == LOCAL else node
+            if node not in alive:
+                raise UnknownNameError(f"Ray node (for learner {lid!r})", str(node), alive)
+            placed[str(lid)] = node
+        devices = dict(devices or {})
+        for lid in devices:
+            if lid not in placed:
+                raise UnknownNameError("learner (in devices)", lid, list(placed))
+        values: dict[str, Any] = {}
+        name = policy if isinstance(policy, str) else getattr(policy, "name", None)
+        if params_file is not None:
+            from conduit.tuning_file import load_params
+
+            values.update(load_params(Path(params_file), name))
+        values.update(params or {})
+        options = {"num_cpus": 0, "max_restarts": 0, **dict(actor_options or {})}
+        groups = {**CONCURRENCY, **dict(concurrency or {})}
+        busiest = max(sum(1 for n in placed.values() if n == node) for node in set(placed.values()))
+        groups["deliver"] = max(groups["deliver"], busiest + 1)  # every learner may block in next_batch at once
+        actor_cls = PlaneActor if groups == CONCURRENCY else ray_.remote(concurrency_groups=groups)(_PlaneActor)
+
+        nodes = list(dict.fromkeys(placed.values()))  # first-seen order
+        actors: dict[str, Any] = {}
+        try:
+            for k, node in enumerate(nodes):
+                local = {lid: devices.get(lid, "cpu") for lid, n in placed.items() if n == node}
+                actors[node] = actor_cls.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False), **options,
+                ).remote(index=k, schema=schema.to_dict(), contract=contract.to_dict(), batch_steps=batch_steps,
+                         learners=local, policy=policy, params=values, capacities=dict(capacities or {}),
+                         **plane_kwargs)
+            try:
+                got = _get([a.ready.remote() for a in actors.values()], timeout=ready_timeout)
+            except (ray_.exceptions.GetTimeoutError, ray_.exceptions.ActorUnschedulableError) as exc:
+                why = "did not start within {ready_timeout:g} s" if isinstance(exc, ray_.exceptions.GetTimeoutError) \
+                    else "cannot be scheduled on their nodes"
+                raise ConduitError(
+                    f"the plane actors {why.format(ready_timeout=ready_timeout)}: does every node of {nodes} "
+                    f"have the resources of actor_options {options}? ({type(exc).__name__})") from None
+            for node, seen in zip(actors, got, strict=True):
+                if seen != node:  # cannot happen with hard affinity; a guard against silent misplacement
+                    raise ConduitError(f"plane actor for node {node} started on node {seen}")
+        except BaseException:
+            _stop(actors.values(), timeout=10.0)  # planes that did start free their memory and spill files
+            raise
+        return cls(actors, placed, schema=schema, contract=contract, batch_steps=batch_steps,
+                   inline_bytes=inline_bytes)
+
+    # ----------------------------------------------------------------------------- lookup
+    @property
+    def nodes(self) -> list[str]:
+        """Ray node ids with a plane, in start order."""
+        return list(self._actors)
+
+    @property
+    def learners(self) -> dict[str, str]:
+        """Learner id -> Ray node id."""
+        return dict(self._learners)
+
+    def node_of(self, learner: str) -> str:
+        if learner not in self._learners:
+            raise UnknownNameError("learner", str(learner), list(self._learners))
+        return self._learners[learner]
+
+    def actor(self, node_id: str) -> Any:
+        """The plane actor of a node."""
+        if node_id not in self._actors:
+            raise UnknownNameError("plane node", str(node_id), list(self._actors))
+        return self._actors[node_id]
+
+    def _check_live(self) -> None:
+        if self._final is not None:
+            raise ConduitError("the plane cluster was shut down")
+
+    # ----------------------------------------------------------------------------- ingestion
+    def _route(self, learner: str | None, producer: str) -> str:
+        if learner is not None:
+            self.node_of(learner)
+            return learner
+        ids = list(self._learners)
+        with self._lock:  # per producer, starting at a spot fixed by its name: handles spread producers
+            n = self._rr.get(producer, zlib.crc32(producer.encode()) % len(ids))
+            self._rr[producer] = n + 1
+        return ids[n % len(ids)]
+
+    def ingest_async(
+        self,
+        payload: Mapping[str, Any] | Any,
+        *,
+        policy_version: int,
+        chunk_id: Hashable | None = None,
+        producer: str = "local",
+        learner: str | None = None,
+        t_created: float | None = None,
+        timeout: float | None = None,
+        checksum: int | None = None,
+    ) -> Any:
+        """Send a chunk to its learner's plane; returns the ``ObjectRef`` of its chunk id.
+
+        ``payload`` is ``{column: array}`` or an ``ObjectRef`` of one. With ``learner=None`` the
+        chunk goes to the next learner in turn (round-robin per producer). ``t_created`` defaults to
+        now, here (the producer's clock). ``timeout`` bounds the wait for room in the plane
+        (:class:`~conduit.errors.PlaneFullError`).
+        """
+        self._check_live()
+        learner = self._route(learner, producer)
+        actor = self._actors[self._learners[learner]]
+        t_created = time.time() if t_created is None else float(t_created)
+        if isinstance(payload, ray.ObjectRef):
+            arg, via_store = payload, True
+        elif self.inline_bytes and _payload_nbytes(payload) < self.inline_bytes:
+            self.schema.validate(payload)  # refuse a bad chunk before it travels
+            arg, via_store = payload, False
+        else:
+            self.schema.validate(payload)
+            arg, via_store = ray.put(dict(payload)), True
+        return actor.ingest.remote(
+            arg, producer=producer, chunk_id=chunk_id, learner=learner, policy_version=int(policy_version),
+            t_created=t_created, timeout=timeout, checksum=checksum,
+            source_node=ray.get_runtime_context().get_node_id(), via_store=via_store)
+
+    def ingest(self, payload: Mapping[str, Any] | Any, *, policy_version: int, chunk_id: Hashable | None = None,
+               producer: str = "local", learner: str | None = None, t_created: float | None = None,
+               timeout: float | None = None, checksum: int | None = None) -> Hashable:
+        """:meth:`ingest_async`, waiting until the chunk is in the plane; returns its chunk id."""
+        return _get(self.ingest_async(payload, policy_version=policy_version, chunk_id=chunk_id, producer=producer,
+                                      learner=learner, t_created=t_created, timeout=timeout, checksum=checksum))
+
+    # ----------------------------------------------------------------------------- delivery
+    def _learner(self, learner: str | None) -> str:
+        if learner is None:
+            if len(self._learners) != 1:
+                raise ConduitError(f"name the learner: this plane serves {sorted(self._learners)}")
+            return next(iter(self._learners))
+        self.node_of(learner)
+        return learner
+
+    def next_batch_async(self, learner: str | None = None, *, update: int | None = None,
+                         timeout: float | None = None) -> Any:
+        """``ObjectRef`` of the learner's next :class:`RemoteBatch` (see :meth:`next_batch`)."""
+        self._check_live()
+        learner = self._learner(learner)
+        return self._actors[self._learners[learner]].next_batch.remote(learner, update=update, timeout=timeout)
+
+    def next_batch(self, learner: str | None = None, *, update: int | None = None,
+                   timeout: float | None = None) -> RemoteBatch:
+        """The learner's next batch from its node's plane, waiting up to ``timeout`` s (None: forever).
+
+        Raises :class:`~conduit.runtime.plane.DeliveryTimeout` naming what was missing.
+        """
+        return _get(self.next_batch_async(learner, update=update, timeout=timeout))
+
+    @staticmethod
+    def get(refs: Any, timeout: float | None = None) -> Any:
+        """``ray.get`` for the refs of :meth:`ingest_async` / :meth:`next_batch_async`: a Conduit error
+        raised in a plane actor is re-raised as itself (``PlaneFullError``, ``DeliveryTimeout``, ...)."""
+        return _get(refs, timeout=timeout)
+
+    # ----------------------------------------------------------------------------- control
+    def set_policy_version(self, version: int) -> None:
+        """Every node's learners now have weights ``version``."""
+        self._check_live()
+        _get([a.set_policy_version.remote(int(version)) for a in self._actors.values()])
+
+    def audit(self) -> dict[str, Any]:
+        """The merged audit (:func:`merge_audits`); after :meth:`shutdown`, the final one."""
+        if self._final is not None:
+            return self._final
+        got = _get([a.audit.remote() for a in self._actors.values()])
+        return merge_audits(dict(zip(self._actors, got, strict=True)))
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """Per node id: the plane's metrics, its learners, and what reached it through the object store."""
+        self._check_live()
+        got = _get([a.metrics.remote() for a in self._actors.values()])
+        return dict(zip(self._actors, got, strict=True))
+
+    def shutdown(self, timeout: float = 60.0) -> dict[str, Any]:
+        """Close every plane (collecting the final audits), then end the actors; returns the merged
+        final audit. Idempotent."""
+        if self._final is not None:
+            return self._final
+        finals = _stop(self._actors.values(), timeout=timeout)
+        self._final = merge_audits(dict(zip(self._actors, finals, strict=True)))
+        return self._final
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ----------------------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        state["_rr"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        per = {_short(n): sorted(lid for lid, m in self._learners.items() if m == n) for n in self._actors}
+        return f"PlaneCluster(nodes={per}, contract={self.contract.to_dict()['kind']})"
+
+
+__all__ = ["CONCURRENCY", "LOCAL", "PlaneActor", "PlaneCluster", "RemoteBatch", "merge_audits"]
+
