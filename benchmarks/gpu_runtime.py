@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _plane_workload import make_payloads, make_schema
 
 MiB = 1 << 20
 
@@ -268,34 +269,6 @@ def print_copies(res: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- b. plane
-def _schema(obs_dim: int) -> Any:
-    from conduit.runtime.schema import Schema
-
-    return Schema.of({
-        "obs": ((obs_dim,), np.float32),
-        "actions": np.int64,
-        "rewards": np.float32,
-        "dones": np.uint8,
-        "logp": np.float32,
-        "values": np.float32,
-    })
-
-
-def _payloads(schema: Any, steps: int, count: int) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(0)
-    out = []
-    for _ in range(count):
-        p = {}
-        for c in schema.columns:
-            shape = (steps, *c.shape)
-            if c.dtype.kind == "f":
-                p[c.name] = rng.standard_normal(shape, dtype=np.float32).astype(c.dtype, copy=False)
-            else:
-                p[c.name] = rng.integers(0, 100, size=shape).astype(c.dtype)
-        out.append(p)
-    return out
-
-
 def _host(x: Any) -> np.ndarray:
     return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
 
@@ -331,11 +304,11 @@ def plane_throughput(dev: Dev, args: argparse.Namespace, budget: Budget) -> dict
     from conduit.contracts import OnPolicy
     from conduit.runtime.plane import ExperiencePlane
 
-    schema = _schema(args.obs_dim)
+    schema = make_schema(args.obs_dim)
     cpb = args.chunks_per_batch
     steps = max(1, int(args.chunk_mib * MiB) // schema.step_bytes)
     batch_bytes = schema.payload_bytes(steps) * cpb
-    payloads = _payloads(schema, steps, cpb)
+    payloads = make_payloads(schema, steps, cpb)
     caps = _capacities(schema, steps, cpb, dev)
     plane = ExperiencePlane(schema, OnPolicy(), batch_steps=steps * cpb, learners={"learner0": dev.device},
                             capacities=caps, verify_checksums=False)
@@ -423,10 +396,10 @@ def print_plane(res: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------------------------- c. exposed
 def exposed_latency(dev: Dev, args: argparse.Namespace, budget: Budget) -> dict[str, Any]:
-    schema = _schema(args.obs_dim)
+    schema = make_schema(args.obs_dim)
     cpb = args.chunks_per_batch
     steps = max(1, int(args.chunk_mib * MiB) // schema.step_bytes)
-    payloads = _payloads(schema, steps, 2 * cpb)
+    payloads = make_payloads(schema, steps, 2 * cpb)
     n = args.update_matmul_n
     mm = Matmuls(dev, n)
     count = mm.count_for(args.update_ms)

@@ -34,17 +34,16 @@ for throughput, lower latency for latency (ray / shm).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
 import sys
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _plane_workload import write_json
 
 from conduit.contracts import OnPolicy
 from conduit.runtime.schema import Schema
@@ -475,10 +474,7 @@ def main() -> int:
           "it starts writing / putting) -> the consumer holds the bytes; round trip: from the consumer's request.)")
     print(f"total {time.time() - t0:.1f} s")
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
-        print(f"wrote {path}")
+        write_json(args.json, args, rows)
     return 0
 
 

@@ -26,40 +26,20 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import pstats
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _plane_workload import make_payloads, make_schema, write_json
 
 from conduit.contracts import OnPolicy
 from conduit.runtime.plane import ExperiencePlane
 from conduit.runtime.schema import Schema
 
 KiB = 1 << 10
-
-
-def make_schema(obs_dim: int) -> Schema:
-    return Schema.of({
-        "obs": ((obs_dim,), np.float32),
-        "actions": np.int64,
-        "rewards": np.float32,
-        "dones": np.uint8,
-        "logp": np.float32,
-        "values": np.float32,
-    })
-
-
-def make_payloads(schema: Schema, steps: int, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(count):
-        out.append({c.name: rng.integers(0, 100, size=(steps, *c.shape)).astype(c.dtype) for c in schema.columns})
-    return out
 
 
 def run_case(schema: Schema, label: str, steps: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -174,10 +154,7 @@ def main() -> int:
         if r["profile"]:
             print(f"\ncProfile of {args.iters} plane batches, {r['case']} chunks (by own time):\n{r['profile']}")
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
-        print(f"wrote {path}")
+        write_json(args.json, args, rows)
     return 0
 
 

@@ -32,41 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _plane_workload import make_payloads, make_schema
 
 from conduit.contracts import OnPolicy
 from conduit.runtime.plane import ExperiencePlane
 from conduit.runtime.schema import Schema
 
 MiB = 1 << 20
-
-
-def make_schema(obs_dim: int) -> Schema:
-    """A PPO-like sample: an observation vector and the usual per-step scalars."""
-    return Schema.of({
-        "obs": ((obs_dim,), np.float32),
-        "actions": np.int64,
-        "rewards": np.float32,
-        "dones": np.uint8,
-        "logp": np.float32,
-        "values": np.float32,
-    })
-
-
-def make_payloads(schema: Schema, steps: int, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """``count`` distinct chunks of ``steps`` samples (distinct memory: no chunk is served from cache
-    because the previous one warmed it)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(count):
-        payload = {}
-        for c in schema.columns:
-            shape = (steps, *c.shape)
-            if c.dtype.kind == "f":
-                payload[c.name] = rng.standard_normal(shape, dtype=np.float32).astype(c.dtype, copy=False)
-            else:
-                payload[c.name] = rng.integers(0, 100, size=shape).astype(c.dtype)
-        out.append(payload)
-    return out
 
 
 class MemcpyBaseline:

@@ -28,6 +28,15 @@ def load_params(path: str | Path, policy: str | None = None) -> dict[str, Any]:
     return dict(data["params"])
 
 
+def resolve_params(policy: str | None, params: dict[str, Any] | None = None,
+                   params_file: str | Path | None = None) -> dict[str, Any]:
+    """The values a policy is built with: a tuned file's (checked to be for ``policy``), then
+    ``params`` on top."""
+    values = load_params(params_file, policy) if params_file is not None else {}
+    values.update(params or {})
+    return values
+
+
 def save_params(path: str | Path, policy: str, params: dict[str, Any], **extra: Any) -> Path:
     path = Path(path)
     path.write_text(json.dumps({"policy": policy, "params": params, **extra}, indent=2) + "\n")

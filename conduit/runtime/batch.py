@@ -42,7 +42,6 @@ class BatchBuild:
     created: list[float] = field(default_factory=list)  # t_created of every chunk it holds
     versions: list[int] = field(default_factory=list)
     whole: set[Hashable] = field(default_factory=set)  # chunks carried whole, in one range
-    t_opened: float = 0.0
     t_ready: float | None = None
     id: tuple[str, str, int] = field(default_factory=lambda: ("batch", "", next(_ids)))
 

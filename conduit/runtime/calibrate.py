@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from conduit.errors import ConduitError
+from conduit.runtime.media import cuda_available
 from conduit.units import Kind, format_quantity, parse_quantity
 
 KiB = 1 << 10
@@ -511,14 +512,6 @@ def _measure_object_store(plan: _Plan, progress: Progress | None, host: dict[str
 
 
 # --- CUDA ---------------------------------------------------------------------------------------------------
-
-
-def cuda_available() -> bool:
-    try:
-        import torch
-    except Exception:  # noqa: BLE001
-        return False
-    return bool(torch.cuda.is_available())
 
 
 def _measure_cuda(plan: _Plan, host: dict[str, Any]) -> list[Measurement]:

@@ -45,7 +45,6 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
@@ -65,7 +64,7 @@ from conduit.runtime.tiers import Extent, RuntimeTier
 from conduit.runtime.transfer import CopyJob, TransferEngine, copy_rows
 from conduit.runtime.view import LearnerModel, RuntimeClusterView
 from conduit.topology.model import TierKind, Topology
-from conduit.tuning_file import load_params
+from conduit.tuning_file import resolve_params
 
 SPILL_ORDER = (TierKind.HBM, TierKind.PINNED, TierKind.PAGEABLE, TierKind.NVME)
 
@@ -84,7 +83,6 @@ class _Chunk:
     next_row: int = 0  # rows [0, next_row) have gone into batches (or were dropped)
     busy: int = 0  # copies in flight reading its extent
     builds: int = 0  # batches holding some of its rows, not yet released
-    delivered: bool = False
 
     @property
     def tier(self) -> str | None:
@@ -106,7 +104,6 @@ class _Learner:
     ready: deque = field(default_factory=deque)
     next_update: int = 0
     seq: int = 0
-    out: int = 0  # batches handed out and not released
     opened: set = field(default_factory=set)  # OnPolicy: versions that already had their batch opened
 
 
@@ -168,6 +165,7 @@ class ExperiencePlane:
         self.node = self._machine.node
         self.tiers: dict[str, RuntimeTier] = self._machine.tiers
         self.unavailable: dict[str, str] = dict(self._machine.unavailable)
+        self._largest_tier = max(t.capacity for t in self.tiers.values())  # capacities never change
 
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -187,6 +185,8 @@ class ExperiencePlane:
         self._delivered = 0  # steps handed over, counted with the auditor's delivered() (the inserting side)
         self._round_robin = itertools.cycle(list(learners))
         self._rings: list[Any] = []
+        self._last_rejection: str | None = None  # the latest refused policy decision (metrics)
+        self._last_ring_error: str | None = None
         self._released: dict[int, set[str]] = {}  # OnPolicy: learners done with update k
         self._ring_thread: threading.Thread | None = None
 
@@ -213,11 +213,8 @@ class ExperiencePlane:
     @staticmethod
     def _load_policy(spec: str | Policy, params: Mapping[str, Any] | None,
                      params_file: str | os.PathLike | None) -> Policy:
-        values: dict[str, Any] = {}
         name = spec if isinstance(spec, str) else getattr(spec, "name", None)
-        if params_file is not None:
-            values.update(load_params(Path(params_file), name))
-        values.update(params or {})
+        values = resolve_params(name, dict(params or {}), params_file)
         if isinstance(spec, Policy):
             if values:
                 raise ConduitError("params and params_file configure a policy given by name; "
@@ -261,7 +258,7 @@ class ExperiencePlane:
         if checksum is None and self.verify_checksums:
             checksum = checksum_bytes({k: np.asarray(v) for k, v in payload.items()})
         need = self.schema.extent_bytes(steps)
-        largest = max(t.capacity for t in self.tiers.values())
+        largest = self._largest_tier
         if need > largest:
             raise CapacityError(f"chunk {chunk_id!r}: {steps} steps need {need} B, more than any tier holds "
                                 f"(largest: {largest} B); split it or raise the plane's capacities")
@@ -511,7 +508,7 @@ class ExperiencePlane:
             if extent is None:
                 self.metrics_.count("batch_alloc_waits")
                 return
-            build = BatchBuild(q.model.id, key, extent, self.batch_steps, t_opened=time.time())
+            build = BatchBuild(q.model.id, key, extent, self.batch_steps)
             build.id = ("batch", q.model.id, next(self._ids))
             self.auditor.placed(build.id, q.tier.id, extent.nbytes, time.time())
             q.builds[key] = build
@@ -669,7 +666,6 @@ class ExperiencePlane:
                 self._cond.wait(0.1 if remaining is None else min(0.1, remaining))
                 self._pump()
             q.model.served()
-            q.out += 1
             upd = build.key if isinstance(self.contract, OnPolicy) else self._version
             t_handed = time.time()
             checks = self._checksums(build) if self.verify_checksums else None
@@ -736,8 +732,6 @@ class ExperiencePlane:
     def _release(self, build: BatchBuild, update: int | None) -> None:
         with self._cond:
             q = self._learners[build.learner]
-            if update is not None:
-                q.out -= 1
             build.extent.free()
             self.auditor.evicted(build.id, time.time(), build.extent.tier.id)
             if isinstance(self.contract, Replay):
@@ -837,7 +831,7 @@ class ExperiencePlane:
                 idx = self._rng.integers(0, c.meta.steps, size=len(part)).astype(np.intp)
                 selections.append((c, idx))
             self._sampled += n
-        build = BatchBuild(learner, -1, extent, n, t_opened=t_asked)
+        build = BatchBuild(learner, -1, extent, n)
         build.id = ("batch", learner, next(self._ids))
         dst = extent.columns()
         row = 0
@@ -874,7 +868,6 @@ class ExperiencePlane:
             self.metrics_.update_started(learner, t_asked, build.t_ready, t_handed, [])
             self.metrics_.count("delivered_batches")
             self.metrics_.count("delivered_samples", n)
-            q.out += 1
             return Batch(self, build, upd, dst)
 
     # ---------------------------------------------------------------------------- helpers
@@ -966,6 +959,8 @@ class ExperiencePlane:
             out["rings"] = {r.spec().producer: {"used": r.used, "capacity": r.capacity,
                                                  "discarded_partial": r.discarded_partial} for r in self._rings}
             out["policy"] = self.policy.describe()
+            out["last_rejection"] = self._last_rejection
+            out["last_ring_error"] = self._last_ring_error
             return out
 
     def close(self) -> AuditReport:

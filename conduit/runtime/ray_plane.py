@@ -52,7 +52,6 @@ import traceback
 import zlib
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
@@ -60,6 +59,7 @@ import numpy as np
 from conduit.contracts import Contract, contract_from_dict
 from conduit.errors import ConduitError, UnknownNameError
 from conduit.runtime.schema import Schema
+from conduit.tuning_file import resolve_params
 
 try:  # Ray is an optional dependency (conduit-rl[rllib])
     import ray
@@ -472,13 +472,8 @@ class PlaneCluster:
         for lid in devices:
             if lid not in placed:
                 raise UnknownNameError("learner (in devices)", lid, list(placed))
-        values: dict[str, Any] = {}
         name = policy if isinstance(policy, str) else getattr(policy, "name", None)
-        if params_file is not None:
-            from conduit.tuning_file import load_params
-
-            values.update(load_params(Path(params_file), name))
-        values.update(params or {})
+        values = resolve_params(name, dict(params or {}), params_file)
         options = {"num_cpus": 0, "max_restarts": 0, **dict(actor_options or {})}
         groups = {**CONCURRENCY, **dict(concurrency or {})}
         busiest = max(sum(1 for n in placed.values() if n == node) for node in set(placed.values()))

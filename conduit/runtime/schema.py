@@ -14,6 +14,7 @@ differs; nothing of it lands anywhere.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,11 +106,11 @@ class Schema:
         return cls(tuple(Column(k, np.dtype(v["dtype"]), tuple(v["shape"])) for k, v in d.items()))
 
     # -- layout ----------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
-    @property
+    @functools.cached_property
     def step_bytes(self) -> int:
         """Payload bytes of one sample (no padding)."""
         return sum(c.step_bytes for c in self.columns)

@@ -166,7 +166,7 @@ class RuntimeClusterView(ClusterView):
         for other in self._tiers:
             out = self._estimator.get(tier.id, other)
             if out is not None and out.samples:
-                read = max(read, out.bandwidth) if out.samples else read
+                read = max(read, out.bandwidth)
             into = self._estimator.get(other, tier.id)
             if into is not None and into.samples:
                 write = max(write, into.bandwidth)
