@@ -10,6 +10,14 @@ learner gets it from :meth:`~conduit.runtime.plane.ExperiencePlane.next_batch` a
 
 ``selections`` names every sample a batch carries as ``(chunk_id, indices)``, in row order, so
 sample identity survives the trip: row ``r`` of every column is sample ``selections``' r-th entry.
+``annotations`` carries, per chunk with rows in the batch, the small object its producer attached at
+ingestion (:meth:`~conduit.runtime.plane.ExperiencePlane.ingest`'s ``annotation``; chunks without one
+are left out).
+
+**Streaming.** Copies into a batch finish out of order; a build tracks its **filled prefix**, the
+largest ``prefix`` with rows ``[0, prefix)`` all written. A learner may read that prefix while the
+rest is still arriving (:meth:`~conduit.runtime.plane.ExperiencePlane.peek`, which returns a
+:class:`Peek`); a ready batch has ``prefix == rows``.
 """
 
 from __future__ import annotations
@@ -38,10 +46,13 @@ class BatchBuild:
     rows: int
     reserved: int = 0
     filled: int = 0
+    prefix: int = 0  # rows [0, prefix) are all filled
+    landed: dict[int, int] = field(default_factory=dict)  # finished copies beyond the prefix: start -> rows
     selections: list[tuple[Hashable, range | np.ndarray]] = field(default_factory=list)
     created: list[float] = field(default_factory=list)  # t_created of every chunk it holds
     versions: list[int] = field(default_factory=list)
     whole: set[Hashable] = field(default_factory=set)  # chunks carried whole, in one range
+    annotations: dict[Hashable, Any] = field(default_factory=dict)  # chunk id -> its producer's annotation
     t_ready: float | None = None
     id: tuple[str, str, int] = field(default_factory=lambda: ("batch", "", next(_ids)))
 
@@ -51,6 +62,18 @@ class BatchBuild:
         start = self.reserved
         self.reserved += min(n, self.rows - self.reserved)
         return start
+
+    def fill(self, start: int, n: int) -> None:
+        """The copy into rows ``[start, start + n)`` finished: count it and advance the filled prefix."""
+        self.filled += n
+        if n <= 0:
+            return
+        if start != self.prefix:
+            self.landed[start] = n
+            return
+        self.prefix += n
+        while self.prefix in self.landed:
+            self.prefix += self.landed.pop(self.prefix)
 
     @property
     def free_rows(self) -> int:
@@ -74,6 +97,7 @@ class Batch:
         self.selections = list(build.selections)
         self.versions = list(build.versions)
         self.created = list(build.created)  # t_created of every chunk the batch carries
+        self.annotations = dict(build.annotations)  # chunk id -> annotation, for chunks that have one
         self.t_ready = build.t_ready
         self.released = False
 
@@ -108,3 +132,56 @@ class Batch:
 
     def __repr__(self) -> str:
         return f"Batch(learner={self.learner!r}, update={self.update}, steps={self.steps})"
+
+
+@dataclass
+class Peek:
+    """Rows ``[start, stop)`` of a learner's next batch, read while the batch may still be assembling.
+
+    ``columns`` hold exactly those rows (in-process: views into the batch under assembly, valid until
+    the batch is released; through a plane actor: host copies). ``selections`` name the same rows in
+    row order (a selection cut by ``start`` or ``stop`` is split), and ``annotations`` the chunks they
+    come from that carry one. ``rows`` is the batch size and ``complete`` says whether the batch has
+    all its rows, so a reader is done once ``complete and stop == rows``. ``update`` is the batch's
+    update under ``OnPolicy`` and the plane's policy version at the time of the peek otherwise. An
+    empty peek (``stop == start``) means nothing new arrived within the timeout.
+    """
+
+    update: int
+    start: int
+    stop: int
+    columns: dict[str, Any]
+    selections: list[tuple[Hashable, range | np.ndarray]]
+    annotations: dict[Hashable, Any]
+    complete: bool
+    rows: int
+
+    @property
+    def steps(self) -> int:
+        """Rows in this peek."""
+        return self.stop - self.start
+
+    @property
+    def done(self) -> bool:
+        """Every row of the batch has been read (this peek reaches its end)."""
+        return self.complete and self.stop >= self.rows
+
+    def sample_ids(self) -> list[tuple[Hashable, int]]:
+        """The samples of rows ``[start, stop)``, in row order."""
+        return [(cid, int(i)) for cid, idx in self.selections for i in idx]
+
+
+def slice_selections(selections: list[tuple[Hashable, range | np.ndarray]], start: int,
+                     stop: int) -> list[tuple[Hashable, range | np.ndarray]]:
+    """The part of ``selections`` (in row order, from row 0) that covers rows ``[start, stop)``."""
+    out = []
+    row = 0
+    for cid, idx in selections:
+        n = len(idx)
+        lo, hi = max(start, row), min(stop, row + n)
+        if lo < hi:
+            out.append((cid, idx if (lo, hi) == (row, row + n) else idx[lo - row : hi - row]))
+        row += n
+        if row >= stop:
+            break
+    return out

@@ -21,6 +21,9 @@ them and returns the moves to start now; moves run on the transfer engine's back
 they overlap the learner's update. A learner that is waiting gets everything of its next batch moved
 at once whatever the policy says (a policy can cost time, never data), and with no device memory of
 its own (a CPU learner) the path settings decide (``overlap_collection``: stream as chunks arrive).
+A learner may also read its next batch while it is assembled (:meth:`ExperiencePlane.peek`: the
+rows from 0 whose copies have all finished) and take it whole with ``next_batch`` afterwards; each
+chunk's ``annotation`` comes along with the batches (and peeks) that carry its rows.
 
 **Contracts** are enforced here and audited live (:class:`~conduit.audit.Auditor`):
 
@@ -55,7 +58,7 @@ from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Replay, cont
 from conduit.errors import CapacityError, ConduitError, PlaneFullError, UnknownNameError
 from conduit.policy import ChunkInfo, InvalidDecision, Move, Policy
 from conduit.registry import create_policy
-from conduit.runtime.batch import Batch, BatchBuild
+from conduit.runtime.batch import Batch, BatchBuild, Peek, slice_selections
 from conduit.runtime.estimator import BandwidthEstimator
 from conduit.runtime.machine import MachineTiers, build_tiers, resolve_topology
 from conduit.runtime.metrics import PlaneMetrics
@@ -83,6 +86,7 @@ class _Chunk:
     next_row: int = 0  # rows [0, next_row) have gone into batches (or were dropped)
     busy: int = 0  # copies in flight reading its extent
     builds: int = 0  # batches holding some of its rows, not yet released
+    annotation: Any = None  # the producer's small object travelling with the chunk (never in a tier)
 
     @property
     def tier(self) -> str | None:
@@ -105,6 +109,13 @@ class _Learner:
     next_update: int = 0
     seq: int = 0
     opened: set = field(default_factory=set)  # OnPolicy: versions that already had their batch opened
+    peeking: int = 0  # peek() calls blocked now: the learner is waiting for rows, as in next_batch
+    peeked: BatchBuild | None = None  # the batch peek() chose: next_batch hands over this one next
+
+    @property
+    def asking(self) -> bool:
+        """The learner waits for rows now (in next_batch or peek)."""
+        return self.model.waiting or self.peeking > 0
 
 
 def _as_contract(contract: Contract | Mapping[str, Any]) -> Contract:
@@ -247,11 +258,15 @@ class ExperiencePlane:
         learner: str | None = None,
         timeout: float | None = None,
         checksum: int | None = None,
+        annotation: Any = None,
     ) -> Hashable:
         """Hand a chunk (``{column: array}``, first dimension = steps) to the plane; returns its id.
 
         Nothing is stored until the chunk has passed every check; on :class:`PlaneFullError` the
-        caller still owns the chunk and nothing of it is in the plane.
+        caller still owns the chunk and nothing of it is in the plane. ``annotation`` is a small
+        (picklable) object that travels with the chunk, not through the tiers: every batch (and
+        :class:`~conduit.runtime.batch.Peek`) with rows of the chunk carries it in ``annotations``;
+        the plane drops its reference when the chunk leaves.
         """
         steps = self.schema.validate(payload, where=f"chunk {chunk_id!r}" if chunk_id is not None else "chunk")
         t_created = time.time() if t_created is None else float(t_created)
@@ -289,7 +304,7 @@ class ExperiencePlane:
                 learner = learner or next(self._round_robin)
             meta = Chunk(chunk_id, producer, self.node, steps, self.schema.payload_bytes(steps),
                          int(policy_version), t_created, checksum)
-            c = _Chunk(meta, learner, None)
+            c = _Chunk(meta, learner, None, annotation=annotation)
             placed = self._admit(c, deadline, timeout)
         self._write(c, placed, payload)
         return chunk_id
@@ -332,7 +347,7 @@ class ExperiencePlane:
             with self._cond:
                 self._chunks[meta.id] = c
                 self._locations[meta.id] = tier
-                self._filled(build, meta.steps)
+                self._filled(build, start, meta.steps)
                 self._pump()
             return
         dst_tier = c.extent.tier
@@ -468,6 +483,8 @@ class ExperiencePlane:
         build.selections.append((c.meta.id, range(first, first + n)))
         if n == c.meta.steps:
             build.whole.add(c.meta.id)
+        if c.annotation is not None:
+            build.annotations[c.meta.id] = c.annotation
         build.created.append(c.meta.t_created)
         build.versions.append(c.meta.policy_version)
         c.builds += 1
@@ -475,20 +492,24 @@ class ExperiencePlane:
             q.pending.remove(c)
         return start
 
-    def _filled(self, build: BatchBuild, n: int) -> None:
-        build.filled += n
+    def _filled(self, build: BatchBuild, start: int, n: int) -> None:
+        """Under the lock: the copy into rows ``[start, start + n)`` of ``build`` finished."""
+        prefix = build.prefix
+        build.fill(start, n)
+        q = self._learners[build.learner]
         if build.complete and build.t_ready is None:
             build.t_ready = time.time()
-            q = self._learners[build.learner]
             q.builds.pop(build.key, None)
             q.ready.append(build)
             self._cond.notify_all()
+        elif build.prefix > prefix and q.peeking:
+            self._cond.notify_all()  # a learner streams this batch: new rows to read
 
     def _open_builds(self, q: _Learner, arriving: int | None = None) -> None:
         """Open batches for the learner up to its prefetch depth; ``arriving`` is the version of a
         chunk being ingested right now (so its one copy can go straight into its batch)."""
         limit = max(1, self.prefetch_depth)
-        if len(q.builds) + len(q.ready) >= limit or (self.prefetch_depth == 0 and not q.model.waiting):
+        if len(q.builds) + len(q.ready) >= limit or (self.prefetch_depth == 0 and not q.asking):
             return  # depth 0: nothing is assembled before the learner asks
         if isinstance(self.contract, OnPolicy):
             versions = {c.meta.policy_version for c in q.pending if c.remaining}
@@ -550,10 +571,11 @@ class ExperiencePlane:
             approved.add(m.chunk_id)
         for lid, items in pending.items():
             q = self._learners[lid]
-            free_run = q.model.waiting or q.tier.kind is not TierKind.HBM and self.path.overlap_collection
+            free_run = q.asking or q.tier.kind is not TierKind.HBM and self.path.overlap_collection
             for cid, _ in items:
                 c = self._chunks[cid]
-                if cid in approved or free_run or c.tier == q.tier.id:
+                streamed = q.peeked is not None and self._target_build(q, c.meta) is q.peeked
+                if cid in approved or free_run or streamed or c.tier == q.tier.id:
                     self._start_move(q, c)
 
     def _start_move(self, q: _Learner, c: _Chunk) -> None:
@@ -580,7 +602,7 @@ class ExperiencePlane:
                     return
                 if c.remaining == 0 and c.busy == 0 and c.extent is not None:
                     self._free_extent(c)
-                self._filled(build, n)
+                self._filled(build, start, n)
                 self._pump()
 
         self.metrics_.count("moves")
@@ -629,6 +651,7 @@ class ExperiencePlane:
             self.auditor.evicted(c.meta.id, time.time())
             self._chunks.pop(c.meta.id, None)
             self._locations.pop(c.meta.id, None)
+            c.annotation = None
 
     # ---------------------------------------------------------------------------- delivery
     def next_batch(self, learner: str | None = None, *, update: int | None = None,
@@ -666,6 +689,8 @@ class ExperiencePlane:
                 self._cond.wait(0.1 if remaining is None else min(0.1, remaining))
                 self._pump()
             q.model.served()
+            if q.peeked is build:
+                q.peeked = None
             upd = build.key if isinstance(self.contract, OnPolicy) else self._version
             t_handed = time.time()
             checks = self._checksums(build) if self.verify_checksums else None
@@ -678,6 +703,96 @@ class ExperiencePlane:
             self._pump()
             return batch
 
+    def peek(self, learner: str | None = None, *, update: int | None = None, start: int = 0,
+             timeout: float | None = None) -> Peek:
+        """Rows ``[start, stop)`` of the learner's next batch that have landed, while the rest arrives.
+
+        The batch is the one :meth:`next_batch` will hand over next: under ``OnPolicy`` that of
+        ``update`` (default: the learner's next update; a later one skips ahead as in
+        :meth:`next_batch`), under ``BoundedStaleness`` the first ready batch, else the oldest one
+        being assembled. ``stop`` is the batch's filled prefix (rows ``[0, stop)`` are all written;
+        copies finishing out of order do not count until the rows before them are in). It waits up
+        to ``timeout`` seconds (None: forever) for the prefix to pass ``start`` and returns an empty
+        peek (``stop == start``) if it does not; it is not an error.
+
+        Nothing is delivered: the auditor sees the batch when :meth:`next_batch` hands it over, whole,
+        as usual. While a learner peeks, the plane treats it as waiting for rows: the batch is
+        opened even with ``prefetch_depth`` 0 and its chunks are moved whatever the scheduling
+        policy says, and the batch is reserved for that learner's next :meth:`next_batch`. A
+        learner streams a batch by peeking with ``start`` = the previous ``stop`` until
+        :attr:`Peek.done`. (Under ``BoundedStaleness`` a peeked batch that grows too old before it
+        is handed over is still dropped whole; the next batch then starts with other selections.)
+        """
+        return self._peek(learner, update, start, timeout)
+
+    def _peek(self, learner: str | None, update: int | None, start: int, timeout: float | None,
+              copy: Callable[[Any], Any] | None = None) -> Peek:
+        """:meth:`peek`; ``copy`` (e.g. to host memory) is applied to the rows under the lock, so
+        they cannot be reused by a release racing with the caller."""
+        learner = learner or next(iter(self._learners))
+        if learner not in self._learners:
+            raise UnknownNameError("learner", learner, list(self._learners))
+        if isinstance(self.contract, Replay):
+            raise ConduitError("peek needs OnPolicy or BoundedStaleness")
+        if isinstance(start, bool) or not isinstance(start, int | np.integer) or not 0 <= start <= self.batch_steps:
+            raise ConduitError(f"peek: start must be a row in [0, {self.batch_steps}], got {start!r}")
+        start = int(start)
+        q = self._learners[learner]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._check_open()
+            if isinstance(self.contract, OnPolicy) and update is not None and update != q.next_update:
+                if update < q.next_update:
+                    raise ConduitError(f"learner {learner!r}: update {update} was already delivered")
+                self._skip_to(q, update)
+            q.peeking += 1
+            try:
+                self._pump()
+                while True:
+                    build = self._peek_build(q)
+                    if build is not None and (build.prefix > start or build.complete):
+                        break
+                    self._check_open()
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return self._peek_of(q, build, start, start, copy)
+                    self._cond.wait(0.1 if remaining is None else min(0.1, remaining))
+                    self._pump()
+                stop = max(start, build.prefix)
+                self.metrics_.count("peeks")
+                self.metrics_.count("peeked_samples", stop - start)
+                return self._peek_of(q, build, start, stop, copy)
+            finally:
+                q.peeking -= 1
+
+    def _peek_build(self, q: _Learner) -> BatchBuild | None:
+        """Under the lock: the batch a peek reads (and :meth:`next_batch` hands over next), or None yet."""
+        if q.peeked is not None:
+            return q.peeked
+        if isinstance(self.contract, OnPolicy):
+            build = q.builds.get(q.next_update) or next((b for b in q.ready if b.key == q.next_update), None)
+        else:
+            floor = self._version - self.contract.max_lag
+            build = next((b for b in q.ready if min(b.versions) >= floor), None)
+            if build is None:
+                build = next(iter(q.builds.values()), None)  # insertion order: the oldest first
+        q.peeked = build
+        return build
+
+    def _peek_of(self, q: _Learner, build: BatchBuild | None, start: int, stop: int,
+                 copy: Callable[[Any], Any] | None) -> Peek:
+        upd = q.next_update if isinstance(self.contract, OnPolicy) else self._version
+        if build is None:
+            cols = {c.name: np.empty((0, *c.shape), c.dtype) for c in self.schema.columns}
+            return Peek(upd, start, stop, cols, [], {}, False, self.batch_steps)
+        cols = {k: v[start:stop] for k, v in build.extent.columns().items()}
+        if copy is not None:
+            cols = {k: copy(v) for k, v in cols.items()}
+        sel = slice_selections(build.selections, start, stop)
+        notes = {cid: build.annotations[cid] for cid, _ in sel if cid in build.annotations}
+        return Peek(build.key if isinstance(self.contract, OnPolicy) else upd, start, stop, cols, sel, notes,
+                    build.complete, build.rows)
+
     def _take_ready(self, q: _Learner) -> BatchBuild | None:
         while q.ready:
             if isinstance(self.contract, OnPolicy):
@@ -686,7 +801,13 @@ class ExperiencePlane:
                         q.ready.remove(b)
                         return b
                 return None
-            b = q.ready.popleft()
+            if q.peeked is not None:  # a peek chose the next batch: it is handed over first (or dropped)
+                if q.peeked not in q.ready:
+                    return None
+                b = q.peeked
+                q.ready.remove(b)
+            else:
+                b = q.ready.popleft()
             if isinstance(self.contract, BoundedStaleness) and \
                     min(b.versions) < self._version - self.contract.max_lag:
                 for cid, idx in b.selections:  # went stale while waiting: drop it whole
@@ -732,6 +853,8 @@ class ExperiencePlane:
     def _release(self, build: BatchBuild, update: int | None) -> None:
         with self._cond:
             q = self._learners[build.learner]
+            if q.peeked is build:
+                q.peeked = None
             build.extent.free()
             self.auditor.evicted(build.id, time.time(), build.extent.tier.id)
             if isinstance(self.contract, Replay):
@@ -750,6 +873,7 @@ class ExperiencePlane:
                         self.metrics_.count("dropped_surplus_samples", c.remaining)
                         c.next_row = c.meta.steps
                         q.pending.remove(c)
+                        self._maybe_retire(c)  # none of its rows in a batch: it leaves now (as stale ones do)
                 q.next_update = max(q.next_update, update + 1)
                 q.opened = {k for k in q.opened if k >= q.next_update}
                 done = self._released.setdefault(update, set())
@@ -847,13 +971,15 @@ class ExperiencePlane:
                 build.selections.append((c.meta.id, idx))
                 build.created.append(c.meta.t_created)
                 build.versions.append(c.meta.policy_version)
+                if c.annotation is not None:
+                    build.annotations[c.meta.id] = c.annotation
         except BaseException:
             with self._cond:
                 for c, _ in selections:
                     c.busy -= 1
                 self._cond.notify_all()
             raise
-        build.reserved = build.filled = n
+        build.reserved = build.filled = build.prefix = n
         build.t_ready = time.time()
         with self._cond:
             self.auditor.placed(build.id, q.tier.id, extent.nbytes, time.time())
@@ -977,6 +1103,13 @@ class ExperiencePlane:
         for ring in self._rings:
             ring.close()
         with self._lock:
+            if hasattr(self, "auditor"):
+                now = time.time()
+                for q in self._learners.values():  # batches assembled but never handed over: say so
+                    for b in [*q.builds.values(), *q.ready]:
+                        for cid, idx in b.selections:
+                            self.auditor.dropped(cid, now, "shutdown", idx)
+                        self.metrics_.count("dropped_shutdown_samples", b.reserved)
             report = self.auditor.finish(time.time()) if hasattr(self, "auditor") else None
         self._machine.close()
         return report

@@ -26,9 +26,16 @@ story; :meth:`PlaneCluster.audit` sums them and keeps each node's report.
 
 **Concurrency.** A plane actor is a threaded actor with three concurrency groups: ``ingest``
 (producers, which may block on backpressure or the replay rate limiter), ``deliver`` (learners
-blocked in ``next_batch``) and the default group for control calls (versions, audits, close). A
-producer waiting for room therefore never keeps a learner from the batch that would free it. The
-plane itself is thread-safe.
+blocked in ``next_batch`` or ``peek``) and the default group for control calls (versions, audits,
+close). A producer waiting for room therefore never keeps a learner from the batch that would free
+it. The plane itself is thread-safe.
+
+**Streaming a batch.** A learner can read its next batch while it is still being assembled:
+:meth:`PlaneCluster.peek` returns the rows that have landed (host copies, in a
+:class:`~conduit.runtime.batch.Peek`), and ``next_batch(from_row=r)`` then ships only rows
+``[r:]`` of the whole batch, so rows already peeked do not travel twice (see :class:`RemoteBatch`).
+Chunk annotations (small objects a producer attaches at ingestion) come back with the batches
+and peeks that carry the chunk's rows.
 
 **Chunk ids** are unique cluster-wide when the plane assigns them: ``f"{producer}-n{k}-{seq}"``,
 with ``k`` the node's index in :attr:`PlaneCluster.nodes` and ``seq`` that plane's counter. An
@@ -51,13 +58,14 @@ import time
 import traceback
 import zlib
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
 import numpy as np
 
 from conduit.contracts import Contract, contract_from_dict
 from conduit.errors import ConduitError, UnknownNameError
+from conduit.runtime.batch import Peek
 from conduit.runtime.schema import Schema
 from conduit.tuning_file import resolve_params
 
@@ -159,8 +167,13 @@ def _portable(fn: Callable) -> Callable:
 class RemoteBatch:
     """A batch as delivered through a plane actor: the learner's own copy, already released in the plane.
 
-    ``columns`` are numpy arrays (row ``r`` of each is the ``r``-th sample of ``selections``);
-    ``node_id`` is the Ray node of the plane that delivered it.
+    ``columns`` are numpy arrays holding rows ``[row_offset:]`` of the batch: row ``r`` of each is
+    the ``(row_offset + r)``-th sample of ``selections``. ``row_offset`` is 0 unless the learner
+    asked for ``next_batch(from_row=...)`` because it had already read the first rows with
+    :meth:`PlaneCluster.peek`; ``selections``, ``versions``, ``steps`` and :meth:`sample_ids`
+    always describe the **whole** batch. ``annotations`` maps chunk ids to the annotations of the
+    batch's chunks that carry one (the whole batch's); ``node_id`` is the Ray node of the plane that
+    delivered it.
     """
 
     learner: str
@@ -171,13 +184,15 @@ class RemoteBatch:
     versions: list[int]
     node_id: str
     t_ready: float | None = None
+    annotations: dict[Hashable, Any] = field(default_factory=dict)
+    row_offset: int = 0
 
     def sample_ids(self) -> list[tuple[Hashable, int]]:
-        """Every sample of the batch, in row order."""
+        """Every sample of the batch, in row order (from row 0, whatever ``row_offset``)."""
         return [(cid, int(i)) for cid, idx in self.selections for i in idx]
 
     def tensors(self) -> dict[str, Any]:
-        """The columns as torch tensors (zero copy)."""
+        """The columns as torch tensors (zero copy; rows ``[row_offset:]``)."""
         import torch
 
         return {k: torch.from_numpy(v) for k, v in self.columns.items()}
@@ -247,12 +262,13 @@ class _PlaneActor:
     @_portable
     @_method(concurrency_group="ingest")
     def ingest(self, payload: Mapping[str, Any], *, producer: str = "local", chunk_id: Hashable | None = None,
-               source_node: str | None = None, via_store: bool = False, **meta: Any) -> Hashable:
+               source_node: str | None = None, via_store: bool = False, annotation: Any = None,
+               **meta: Any) -> Hashable:
         """Ingest one chunk (Ray has already resolved an ``ObjectRef`` payload); returns its id."""
         plane = self._live()
         if chunk_id is None:
             chunk_id = f"{producer}-n{self._index}-{next(self._seq)}"
-        cid = plane.ingest(payload, producer=producer, chunk_id=chunk_id, **meta)
+        cid = plane.ingest(payload, producer=producer, chunk_id=chunk_id, annotation=annotation, **meta)
         nbytes = _payload_nbytes(payload)
         with self._stats_lock:
             kind = "store" if via_store else "inline"
@@ -266,15 +282,31 @@ class _PlaneActor:
     @_portable
     @_method(concurrency_group="deliver")
     def next_batch(self, learner: str | None = None, update: int | None = None,
-                   timeout: float | None = None) -> RemoteBatch:
-        """The learner's next batch, copied out of the plane (which then releases it)."""
-        batch = self._live().next_batch(learner, update=update, timeout=timeout)
+                   timeout: float | None = None, from_row: int = 0) -> RemoteBatch:
+        """The learner's next batch, copied out of the plane (which then releases it); only rows
+        ``[from_row:]`` are copied (the learner peeked the others), the rest describes the whole batch."""
+        plane = self._live()
+        if isinstance(from_row, bool) or not isinstance(from_row, int | np.integer) or \
+                not 0 <= from_row <= plane.batch_steps:
+            raise ConduitError(f"next_batch: from_row must be a row in [0, {plane.batch_steps}], got {from_row!r}")
+        from_row = int(from_row)
+        batch = plane.next_batch(learner, update=update, timeout=timeout)
         try:
             return RemoteBatch(batch.learner, batch.update, batch.steps,
-                               {k: _host_copy(v) for k, v in batch.columns.items()},
-                               list(batch.selections), list(batch.versions), self._node_id, batch.t_ready)
+                               {k: _host_copy(v[from_row:]) for k, v in batch.columns.items()},
+                               list(batch.selections), list(batch.versions), self._node_id, batch.t_ready,
+                               annotations=dict(batch.annotations), row_offset=from_row)
         finally:
             batch.release()
+
+    @_portable
+    @_method(concurrency_group="deliver")
+    def peek(self, learner: str | None = None, update: int | None = None, start: int = 0,
+             timeout: float | None = None) -> Peek:
+        """The rows of the learner's next batch that have landed from ``start`` on, copied to host memory
+        (see :meth:`ExperiencePlane.peek <conduit.runtime.plane.ExperiencePlane.peek>`)."""
+        got = self._live()._peek(learner, update, start, timeout, copy=_host_copy)
+        return replace(got, selections=list(got.selections), annotations=dict(got.annotations))
 
     @_portable
     @_method(concurrency_group="control")
@@ -477,7 +509,8 @@ class PlaneCluster:
         options = {"num_cpus": 0, "max_restarts": 0, **dict(actor_options or {})}
         groups = {**CONCURRENCY, **dict(concurrency or {})}
         busiest = max(sum(1 for n in placed.values() if n == node) for node in set(placed.values()))
-        groups["deliver"] = max(groups["deliver"], busiest + 1)  # every learner may block in next_batch at once
+        # every learner may block in next_batch and in peek at once
+        groups["deliver"] = max(groups["deliver"], 2 * busiest + 1)
         actor_cls = PlaneActor if groups == CONCURRENCY else ray_.remote(concurrency_groups=groups)(_PlaneActor)
 
         nodes = list(dict.fromkeys(placed.values()))  # first-seen order
@@ -555,13 +588,15 @@ class PlaneCluster:
         t_created: float | None = None,
         timeout: float | None = None,
         checksum: int | None = None,
+        annotation: Any = None,
     ) -> Any:
         """Send a chunk to its learner's plane; returns the ``ObjectRef`` of its chunk id.
 
         ``payload`` is ``{column: array}`` or an ``ObjectRef`` of one. With ``learner=None`` the
         chunk goes to the next learner in turn (round-robin per producer). ``t_created`` defaults to
         now, here (the producer's clock). ``timeout`` bounds the wait for room in the plane
-        (:class:`~conduit.errors.PlaneFullError`).
+        (:class:`~conduit.errors.PlaneFullError`). ``annotation``, a small picklable object, travels
+        inside the call (not through the store) and comes back with the batches that carry the chunk.
         """
         self._check_live()
         learner = self._route(learner, producer)
@@ -577,15 +612,16 @@ class PlaneCluster:
             arg, via_store = ray.put(dict(payload)), True
         return actor.ingest.remote(
             arg, producer=producer, chunk_id=chunk_id, learner=learner, policy_version=int(policy_version),
-            t_created=t_created, timeout=timeout, checksum=checksum,
+            t_created=t_created, timeout=timeout, checksum=checksum, annotation=annotation,
             source_node=ray.get_runtime_context().get_node_id(), via_store=via_store)
 
     def ingest(self, payload: Mapping[str, Any] | Any, *, policy_version: int, chunk_id: Hashable | None = None,
                producer: str = "local", learner: str | None = None, t_created: float | None = None,
-               timeout: float | None = None, checksum: int | None = None) -> Hashable:
+               timeout: float | None = None, checksum: int | None = None, annotation: Any = None) -> Hashable:
         """:meth:`ingest_async`, waiting until the chunk is in the plane; returns its chunk id."""
         return _get(self.ingest_async(payload, policy_version=policy_version, chunk_id=chunk_id, producer=producer,
-                                      learner=learner, t_created=t_created, timeout=timeout, checksum=checksum))
+                                      learner=learner, t_created=t_created, timeout=timeout, checksum=checksum,
+                                      annotation=annotation))
 
     # ----------------------------------------------------------------------------- delivery
     def _learner(self, learner: str | None) -> str:
@@ -597,19 +633,39 @@ class PlaneCluster:
         return learner
 
     def next_batch_async(self, learner: str | None = None, *, update: int | None = None,
-                         timeout: float | None = None) -> Any:
+                         timeout: float | None = None, from_row: int = 0) -> Any:
         """``ObjectRef`` of the learner's next :class:`RemoteBatch` (see :meth:`next_batch`)."""
         self._check_live()
         learner = self._learner(learner)
-        return self._actors[self._learners[learner]].next_batch.remote(learner, update=update, timeout=timeout)
+        return self._actors[self._learners[learner]].next_batch.remote(learner, update=update, timeout=timeout,
+                                                                       from_row=from_row)
 
     def next_batch(self, learner: str | None = None, *, update: int | None = None,
-                   timeout: float | None = None) -> RemoteBatch:
+                   timeout: float | None = None, from_row: int = 0) -> RemoteBatch:
         """The learner's next batch from its node's plane, waiting up to ``timeout`` s (None: forever).
 
-        Raises :class:`~conduit.runtime.plane.DeliveryTimeout` naming what was missing.
+        With ``from_row=r`` only rows ``[r:]`` are shipped (``RemoteBatch.row_offset == r``): the
+        learner already has rows ``[0, r)`` from :meth:`peek`. Raises
+        :class:`~conduit.runtime.plane.DeliveryTimeout` naming what was missing.
         """
-        return _get(self.next_batch_async(learner, update=update, timeout=timeout))
+        return _get(self.next_batch_async(learner, update=update, timeout=timeout, from_row=from_row))
+
+    def peek_async(self, learner: str | None = None, *, update: int | None = None, start: int = 0,
+                   timeout: float | None = None) -> Any:
+        """``ObjectRef`` of a :class:`~conduit.runtime.batch.Peek` at the learner's next batch (see :meth:`peek`)."""
+        self._check_live()
+        learner = self._learner(learner)
+        return self._actors[self._learners[learner]].peek.remote(learner, update=update, start=start,
+                                                                 timeout=timeout)
+
+    def peek(self, learner: str | None = None, *, update: int | None = None, start: int = 0,
+             timeout: float | None = None) -> Peek:
+        """Rows ``[start, stop)`` of the learner's next batch that have already landed in its node's
+        plane, as host copies, waiting up to ``timeout`` s (None: forever) for at least one (an empty
+        :class:`~conduit.runtime.batch.Peek` when none came). Nothing is delivered: finish with
+        ``next_batch(from_row=last_stop)`` (under ``OnPolicy``, ``update=peek.update``). See
+        :meth:`ExperiencePlane.peek <conduit.runtime.plane.ExperiencePlane.peek>`."""
+        return _get(self.peek_async(learner, update=update, start=start, timeout=timeout))
 
     @staticmethod
     def get(refs: Any, timeout: float | None = None) -> Any:
@@ -667,5 +723,5 @@ class PlaneCluster:
         return f"PlaneCluster(nodes={per}, contract={self.contract.to_dict()['kind']})"
 
 
-__all__ = ["CONCURRENCY", "LOCAL", "PlaneActor", "PlaneCluster", "RemoteBatch", "merge_audits"]
+__all__ = ["CONCURRENCY", "LOCAL", "Peek", "PlaneActor", "PlaneCluster", "RemoteBatch", "merge_audits"]
 

@@ -1,0 +1,135 @@
+"""The driver's part: start the plane when the algorithm is built, report it in every result.
+
+:class:`ConduitCallback` is added to the config's callbacks by :func:`~conduit.runtime.rllib.enable`.
+
+* ``on_algorithm_init``: reads the spaces from an EnvRunner and the learner's Ray node, builds the
+  chunk schema (:mod:`conduit.runtime.rllib.layout`), starts a
+  :class:`~conduit.runtime.ray_plane.PlaneCluster` (one plane actor on the learner's node; chunks
+  from EnvRunners on other nodes cross through Ray's object store), and hands its (picklable)
+  handle to every EnvRunner and to the learner through their groups' public ``foreach_*`` calls.
+* ``on_env_runners_recreated``: a restarted EnvRunner is attached again.
+* ``on_train_result``: ``result["conduit"]`` gets the plane's metrics (DESIGN.md definitions:
+  ``exposed_experience_path_s``, ``experience_path_s``, ``iteration_time_s``,
+  ``experience_share``, plus counters) and the live audit (``violations`` and what was checked),
+  next to RLlib's own numbers.
+
+The plane actors are ended by :func:`~conduit.runtime.rllib.shutdown` (or ``algo.stop()`` followed
+by ``ray.shutdown()``); :func:`shutdown` also returns the final audit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from typing import Any
+
+from ray.rllib.callbacks.callbacks import RLlibCallback
+
+from conduit.runtime.rllib.layout import TRAJECTORY, trajectory_schema, transition_schema
+from conduit.runtime.rllib.plan import Plan
+
+LEARNER_ID = "learner0"
+_CLUSTERS: dict[int, Any] = {}  # id(algorithm) -> PlaneCluster (driver process)
+
+
+def _values(results: Any) -> list:
+    return [r.get() for r in results]
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def plan_of(algorithm: Any) -> Plan:
+    plan = getattr(algorithm.config.env_runner_cls, "conduit_plan", None)
+    if plan is None:
+        raise RuntimeError("ConduitCallback on an algorithm whose config did not go through enable()")
+    return plan
+
+
+def cluster_of(algorithm: Any) -> Any:
+    """The running :class:`~conduit.runtime.ray_plane.PlaneCluster` of an algorithm built from ``enable()``."""
+    try:
+        return _CLUSTERS[id(algorithm)]
+    except KeyError:
+        raise KeyError("no Conduit plane for this algorithm (not built from enable(), or already shut down)") from None
+
+
+class ConduitCallback(RLlibCallback):
+    """Starts and connects Conduit's plane (``on_algorithm_init``); reports it (``on_train_result``)."""
+
+    def on_algorithm_init(self, *, algorithm: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
+        from ray.rllib.core import DEFAULT_MODULE_ID
+
+        from conduit.runtime.ray_plane import LOCAL, PlaneCluster
+
+        plan = plan_of(algorithm)
+        spaces = algorithm.env_runner_group.get_spaces()
+        obs_space, act_space = spaces[DEFAULT_MODULE_ID]
+        lg = algorithm.learner_group
+        if plan.layout == TRAJECTORY:
+            dim = _values(lg.foreach_learner(
+                lambda learner, space=act_space: learner.module[DEFAULT_MODULE_ID]
+                .get_exploration_action_dist_cls().required_input_dim(space)))[0]
+            schema = trajectory_schema(obs_space, act_space, dim)
+        else:
+            schema = transition_schema(obs_space, act_space)
+        node = LOCAL if lg.is_local else _values(lg.foreach_learner(lambda learner: _node_id()))[0]
+        o = plan.options
+        cluster = PlaneCluster.start(
+            schema, plan.contract, batch_steps=plan.batch_steps, learners={LEARNER_ID: node},
+            policy=o.get("policy", "conduit"), params=o.get("params"), params_file=o.get("params_file"),
+            capacities=o.get("capacities"), inline_bytes=o.get("inline_bytes", 256 << 10),
+            prefetch_depth=o.get("prefetch_depth", 1), topology=o.get("topology"),
+            verify_checksums=o.get("verify_checksums", False), ingest_timeout=o.get("ingest_timeout", 120.0))
+        _CLUSTERS[id(algorithm)] = cluster
+        weakref.finalize(algorithm, _CLUSTERS.pop, id(algorithm), None)
+        self._attach_runners(algorithm.env_runner_group, cluster, schema)
+        _values(lg.foreach_learner(
+            lambda learner, c=cluster, sp=(obs_space, act_space): learner.conduit_attach(c, LEARNER_ID, sp)))
+        algorithm._conduit_schema = schema
+
+    @staticmethod
+    def _attach_runners(group: Any, cluster: Any, schema: Any, indices: list[int] | None = None) -> None:
+        group.foreach_env_runner(lambda r, c=cluster, s=schema: r.conduit_attach(c, s, LEARNER_ID),
+                                 local_env_runner=indices is None, remote_worker_ids=indices)
+
+    def on_env_runners_recreated(self, *, algorithm: Any, env_runner_group: Any, env_runner_indices: list[int],
+                                 is_evaluation: bool = False, **kwargs: Any) -> None:
+        if not is_evaluation and id(algorithm) in _CLUSTERS:
+            self._attach_runners(env_runner_group, _CLUSTERS[id(algorithm)], algorithm._conduit_schema,
+                                 list(env_runner_indices))
+
+    def on_train_result(self, *, algorithm: Any, metrics_logger: Any = None, result: dict, **kwargs: Any) -> None:
+        cluster = _CLUSTERS.get(id(algorithm))
+        if cluster is None:
+            return
+        result["conduit"] = report(cluster, plan_of(algorithm))
+
+
+def report(cluster: Any, plan: Plan) -> dict[str, Any]:
+    """Conduit's block of a train result: the plane's metrics and the live audit."""
+    per_node = cluster.metrics()
+    plane = next(iter(per_node.values())) if len(per_node) == 1 else per_node
+    audit = cluster.audit()
+    return {
+        "algorithm": plan.algorithm,
+        "contract": plan.contract.to_dict() if hasattr(plan.contract, "to_dict") else repr(plan.contract),
+        "batch_steps": plan.batch_steps,
+        "metrics": plane,
+        "audit": audit,
+        "violations": int(audit.get("violations", 0)),
+        "notes": list(plan.notes),
+    }
+
+
+def shutdown(algorithm: Any, timeout: float = 60.0) -> dict[str, Any] | None:
+    """End the algorithm's plane actors; returns the final merged audit (None if there was no plane)."""
+    cluster = _CLUSTERS.pop(id(algorithm), None)
+    if cluster is None:
+        return None
+    with contextlib.suppress(Exception):  # the learners may already be gone; the plane still closes
+        algorithm.learner_group.foreach_learner(lambda learner: learner.conduit_detach())
+    return cluster.shutdown(timeout=timeout)

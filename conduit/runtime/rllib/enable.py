@@ -1,0 +1,140 @@
+"""``enable(config, **options)``: one call around an RLlib ``AlgorithmConfig`` routes its experience through Conduit.
+
+Only RLlib's public extension points are used (nothing of RLlib is patched or copied):
+
+* ``config.env_runners(env_runner_cls=...)``: :mod:`conduit.runtime.rllib.env_runner`;
+* ``config.learners(learner_class=...)``: :mod:`conduit.runtime.rllib.learner` (and, inside its
+  ``build``, the learner-connector pipeline's public ``remove``/``insert_after`` for PPO's streamed
+  value pass);
+* ``config.callbacks(...)``: :mod:`conduit.runtime.rllib.callbacks`;
+* DQN/SAC: ``replay_buffer_config={"type": "<import path>"}``: :mod:`conduit.runtime.rllib.replay_buffer`;
+* SAC: a ``SACConfig`` subclass (:class:`ConduitSACConfig`) whose ``validate()`` accepts that buffer
+  (stock SAC only accepts its four built-in buffer names).
+
+Everything that depends on the algorithm (contract, layout, batch size) is decided here by
+:func:`~conduit.runtime.rllib.plan.make_plan`, so a config Conduit cannot run faithfully is refused
+now, with an :class:`~conduit.runtime.rllib.plan.EnableError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from conduit.errors import ConduitError
+from conduit.runtime.rllib.callbacks import ConduitCallback
+from conduit.runtime.rllib.env_runner import conduit_env_runner_class
+from conduit.runtime.rllib.learner import conduit_learner_class
+from conduit.runtime.rllib.plan import REPLAY, EnableError, make_plan
+from conduit.runtime.rllib.replay_buffer import IMPORT_PATH
+
+OPTIONS: dict[str, str] = {
+    "policy": "placement and scheduling policy: a registered name (default 'conduit') or a Policy object",
+    "params": "parameters for a policy given by name",
+    "params_file": "a tuned-parameter file written by `conduit tune` for that policy",
+    "capacities": "bytes of each tier the plane takes, e.g. {'dram0:pageable': '8 GiB'}",
+    "topology": "topology of the learner's node (a Topology, YAML path or mapping; default: probe it)",
+    "prefetch_depth": "batches assembled ahead of the learner (default 1)",
+    "chunk_steps": "PPO: env steps per sub-chunk an EnvRunner streams while it samples",
+    "value_pass": "PPO: 'per_chunk' (default: value-function pass as chunks arrive) or 'batch' (stock timing)",
+    "max_lag": "APPO/IMPALA: the BoundedStaleness bound in learner updates (default: from the config's queues)",
+    "delivery_timeout": "seconds a learner waits for its batch before DeliveryTimeout (default 600)",
+    "ingest_timeout": "seconds a chunk may wait for room in the plane before PlaneFullError (default 120)",
+    "inline_bytes": "chunks smaller than this travel inside the call, not through the object store (256 KiB)",
+    "verify_checksums": "check every delivered chunk's bytes against its ingest checksum (default False)",
+}
+
+
+def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise EnableError(f"enable(): unknown option(s) {unknown}; options are {sorted(OPTIONS)}")
+    out = dict(options)
+    policy = out.get("policy", "conduit")
+    if isinstance(policy, str):
+        from conduit.registry import create_policy
+        from conduit.tuning_file import resolve_params
+
+        try:
+            create_policy(policy, **resolve_params(policy, dict(out.get("params") or {}), out.get("params_file")))
+        except ConduitError as exc:
+            raise EnableError(f"enable(): policy={policy!r}: {exc}") from exc
+        except TypeError as exc:
+            raise EnableError(f"enable(): params for policy {policy!r}: {exc}") from exc
+    elif out.get("params") is not None or out.get("params_file") is not None:
+        raise EnableError("enable(): params/params_file configure a policy given by name; a Policy object comes "
+                          "configured (pass policy='name' with params, or the object alone)")
+    elif not hasattr(policy, "placement") or not hasattr(policy, "scheduling"):
+        raise EnableError(f"enable(): policy must be a registered name or a conduit Policy, got {policy!r}")
+    pf = out.get("params_file")
+    if pf is not None and not os.path.exists(pf):
+        raise EnableError(f"enable(): params_file {os.fspath(pf)!r} does not exist")
+    vp = out.get("value_pass", "per_chunk")
+    if vp not in ("per_chunk", "batch"):
+        raise EnableError(f"enable(): value_pass must be 'per_chunk' or 'batch', got {vp!r}")
+    for key in ("delivery_timeout", "ingest_timeout"):
+        v = out.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+            raise EnableError(f"enable(): {key} must be a positive number of seconds, got {v!r}")
+    depth = out.get("prefetch_depth")
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
+        raise EnableError(f"enable(): prefetch_depth must be a non-negative integer, got {depth!r}")
+    return out
+
+
+@functools.cache
+def _conduit_sac_config_class() -> type:
+    from ray.rllib.algorithms.sac import SACConfig
+
+    class ConduitSACConfig(SACConfig):
+        """``SACConfig`` that accepts Conduit's replay buffer (stock SAC only takes built-in buffer names)."""
+
+        _conduit_config = True
+
+        def validate(self) -> None:
+            buf = self.replay_buffer_config
+            if buf.get("type") != IMPORT_PATH:
+                return super().validate()
+            buf["type"] = "EpisodeReplayBuffer"
+            try:
+                super().validate()
+            finally:
+                buf["type"] = IMPORT_PATH
+
+    return ConduitSACConfig
+
+
+def enable(config: Any, **options: Any) -> Any:
+    """A copy of ``config`` (PPO, APPO, IMPALA, DQN or SAC; RLlib 2.60 new API stack) whose experience
+    path runs through Conduit. ``options``: see :data:`OPTIONS` (``help(conduit.runtime.rllib)``).
+
+    Build and train it as usual (``algo = enable(cfg).build_algo(); algo.train()``); each result has a
+    ``"conduit"`` entry with the plane's metrics and live audit. Call
+    :func:`conduit.runtime.rllib.shutdown` (``algo``) to end the plane and get the final audit.
+    """
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    if not isinstance(config, AlgorithmConfig):
+        raise EnableError(f"enable(): expected an RLlib AlgorithmConfig, got {type(config).__name__}")
+    opts = _check_options(options)
+    plan = make_plan(config, opts)
+    cfg = config.copy(copy_frozen=False)
+    if plan.algorithm == "SAC" and not getattr(type(cfg), "_conduit_config", False):
+        cfg.__class__ = _conduit_sac_config_class()
+    runner = cfg.env_runner_cls or SingleAgentEnvRunner
+    if not issubclass(runner, SingleAgentEnvRunner):
+        raise EnableError(f"enable(): env_runner_cls={runner.__name__} is not a SingleAgentEnvRunner; Conduit's "
+                          "EnvRunner side extends the single-agent runner")
+    cfg.env_runners(env_runner_cls=conduit_env_runner_class(runner, plan))
+    cfg.learners(learner_class=conduit_learner_class(cfg.learner_class, plan))
+    existing = cfg.callbacks_class
+    existing = list(existing) if isinstance(existing, (list, tuple)) else [existing]
+    existing = [c for c in existing if c is not None and c is not RLlibCallback and c is not ConduitCallback]
+    cfg.callbacks(callbacks_class=[*existing, ConduitCallback] if existing else ConduitCallback)
+    if plan.family == REPLAY:
+        cfg.replay_buffer_config = {**cfg.replay_buffer_config, "type": IMPORT_PATH}
+    return cfg

@@ -1,0 +1,115 @@
+"""The learner side: learners take their batches from Conduit's delivery, not from the driver.
+
+:func:`conduit_learner_class` subclasses the algorithm's Learner class (``learner_class``, a public
+extension point). Its ``update()`` ignores the placeholder data the driver passes (PPO's tickets,
+APPO's empty episode references, DQN's replay ticket), takes this learner's batch from the plane -
+OnPolicy: the batch of its current weights version; BoundedStaleness: its next batch; Replay: a
+uniform sample - rebuilds the episodes RLlib's learner connector expects
+(:mod:`conduit.runtime.rllib.layout`), and runs the stock update on them. After the update it tells
+the plane the new weights version, which is what OnPolicy and BoundedStaleness enforce.
+
+For PPO the learner also runs a :class:`~conduit.runtime.rllib.values.ValueStream`: while the
+EnvRunners still sample iteration *k*, a background thread reads the chunks that already landed in
+batch *k* and runs the value-function forward pass on them (the weights of version *k* do not change
+until update *k* starts). The GAE piece of the learner connector is swapped for
+:class:`~conduit.runtime.rllib.values.StreamedGAE`, which takes those values instead of running the
+pass over the whole batch after sampling; the advantages are computed by RLlib's own code.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from conduit.errors import ConduitError
+from conduit.runtime.rllib.layout import TRAJECTORY, rebuild_trajectories, rebuild_transitions
+from conduit.runtime.rllib.plan import ON_POLICY, REPLAY, Plan
+
+DATA_ARGS = ("batch", "batches", "batch_refs", "episodes", "episodes_refs", "data_iterators", "training_data")
+METRICS_KEY = "conduit"
+
+
+class ConduitLearnerMixin:
+    """Mixed in front of the algorithm's Learner class by :func:`conduit_learner_class`."""
+
+    conduit_plan: ClassVar[Plan]
+    _conduit_learner = True
+
+    def conduit_attach(self, cluster: Any, learner: str, spaces: tuple[Any, Any]) -> None:
+        """Called by the driver's callback once the plane runs."""
+        self._cd_cluster = cluster
+        self._cd_id = learner
+        self._cd_spaces = spaces
+        self._cd_stream = None
+        plan = self.conduit_plan
+        if plan.family == ON_POLICY and plan.options.get("value_pass", "per_chunk") == "per_chunk":
+            from conduit.runtime.rllib.values import ValueStream, install_streamed_gae
+
+            if install_streamed_gae(self):
+                self._cd_stream = ValueStream(self, cluster, learner)
+
+    def conduit_detach(self) -> None:
+        if getattr(self, "_cd_stream", None) is not None:
+            self._cd_stream.stop()
+            self._cd_stream = None
+        self._cd_cluster = None
+
+    def update(self, *args: Any, **kwargs: Any) -> Any:
+        from ray.rllib.core import ALL_MODULES
+        from ray.rllib.core.learner.training_data import TrainingData
+
+        cluster = getattr(self, "_cd_cluster", None)
+        if cluster is None:
+            raise ConduitError("this Learner was built by conduit.runtime.rllib.enable() but never attached to a "
+                               "plane: build the algorithm with config.build_algo() so the Conduit callback runs")
+        for key in DATA_ARGS:  # the driver's placeholders: the data comes from the plane
+            kwargs.pop(key, None)
+        plan = self.conduit_plan
+        timeout = plan.options.get("delivery_timeout", 600.0)
+        version = int(self._weights_seq_no)
+        obs_space, act_space = self._cd_spaces
+        t0 = time.time()
+        if self._cd_stream is not None:
+            episodes = self._cd_stream.episodes_for(version, timeout)
+        else:
+            batch = cluster.next_batch(self._cd_id, update=version if plan.family == ON_POLICY else None,
+                                       timeout=timeout)
+            if plan.layout == TRAJECTORY:
+                episodes, _ = rebuild_trajectories(batch.columns, batch.selections, batch.annotations,
+                                                   observation_space=obs_space, action_space=act_space)
+            else:
+                episodes = rebuild_transitions(batch.columns, observation_space=obs_space, action_space=act_space)
+        self.metrics.log_value((ALL_MODULES, METRICS_KEY, "delivery_ms"), (time.time() - t0) * 1e3, window=20)
+        if self._cd_stream is not None:
+            with self._cd_stream.module_lock:  # no value pass of the stream while the weights change
+                result = super().update(training_data=TrainingData(episodes=episodes), **kwargs)
+        else:
+            result = super().update(training_data=TrainingData(episodes=episodes), **kwargs)
+        if plan.family != REPLAY:
+            cluster.set_policy_version(int(self._weights_seq_no))
+        return result
+
+    def after_gradient_based_update(self, *, timesteps: Any) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)
+        gae = getattr(self, "_cd_gae", None)
+        if gae is not None:  # GAE passes on streamed values, and fallbacks to the full pass (per iteration)
+            from ray.rllib.core import ALL_MODULES
+
+            seen = getattr(self, "_cd_gae_seen", {})
+            for name, n in gae.counters.items():
+                self.metrics.log_value((ALL_MODULES, METRICS_KEY, f"values_{name}"), n - seen.get(name, 0),
+                                       reduce="sum")
+            self._cd_gae_seen = dict(gae.counters)
+
+
+def conduit_learner_class(base: type | str, plan: Plan) -> type:
+    """``Conduit<Base>``: ``base`` (a Learner class or import path) that takes its batches from Conduit."""
+    if isinstance(base, str):
+        from ray.rllib.utils import deserialize_type
+
+        base = deserialize_type(base, error=True)
+    if getattr(base, "_conduit_learner", False):
+        base = base.__bases__[1]  # re-enabling: wrap the original class again, with the new plan
+    name = f"Conduit{base.__name__}"
+    return type(name, (ConduitLearnerMixin, base), {"__module__": __name__, "__qualname__": name,
+                                                     "conduit_plan": plan})

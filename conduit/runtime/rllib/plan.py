@@ -1,0 +1,192 @@
+"""What Conduit does for one RLlib algorithm config: the contract, the layout and the batch size.
+
+:func:`make_plan` reads an ``AlgorithmConfig`` (RLlib 2.60, new API stack) and decides, before any
+actor starts, everything that depends on the algorithm. All refusals happen here, so a bad
+combination fails at :func:`~conduit.runtime.rllib.enable` time with a message naming the setting,
+not deep inside a training run.
+
+**Families.**
+
+* ``on_policy`` (PPO): contract ``OnPolicy``. The train batch of iteration *k* is exactly the
+  version-*k* steps the EnvRunners sample in one synchronous round: ``rollout_fragment_length x
+  num_envs_per_env_runner`` per runner, summed over runners, times the rounds RLlib needs to reach
+  ``train_batch_size``. EnvRunners stream each sample call to the plane in sub-chunks of
+  ``chunk_steps`` while they sample, so the learner can work on them (the value-function pass)
+  while the rest is still being sampled: PPO's value function of version *k* is fixed while
+  iteration *k* samples.
+* ``async`` (APPO, IMPALA): contract ``BoundedStaleness(max_lag, max_reuse)``. A learner batch is the
+  whole number of sample calls RLlib packages per update (``ceil(train_batch_size_per_learner /
+  (rollout_fragment_length x num_envs))`` of them). ``max_reuse`` is APPO's
+  ``circular_buffer_iterations_per_batch`` (1 for IMPALA or without the circular buffer);
+  ``max_lag``, in learner updates, is the most RLlib's own queues can hold between a sample and its
+  use (the runner requests in flight, the learner's in-flight updates and queue or circular
+  buffer, each batch trained ``max_reuse`` times) - RLlib never drops for staleness, so neither
+  does Conduit within that bound.
+* ``replay`` (DQN, SAC): contract ``Replay(capacity, replay_ratio, min_size)``. ``capacity`` is the
+  replay buffer's, ``min_size`` is ``num_steps_sampled_before_learning_starts``, ``replay_ratio``
+  is sampled steps per inserted step as RLlib's training loop runs it (``calculate_rr_weights``).
+  Sampling is uniform over stored timesteps; a prioritized buffer config is reported as such in
+  the result's ``conduit/notes``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Replay
+from conduit.errors import ConduitError
+from conduit.runtime.rllib.layout import TRAJECTORY, TRANSITION
+
+ON_POLICY = "on_policy"
+ASYNC = "async"
+REPLAY = "replay"
+
+
+class EnableError(ConduitError, ValueError):
+    """``enable()`` refused a config or an option; the message names the setting to change."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything Conduit decided for one algorithm config (picklable; travels with the classes)."""
+
+    algorithm: str
+    family: str
+    layout: str
+    contract: Contract
+    batch_steps: int
+    chunk_steps: int | None  # on_policy: sub-chunk size a runner streams while it samples
+    n_step: int = 1
+    gamma: float = 0.99
+    notes: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def returns_ticket(self) -> bool:
+        """PPO skips training when its EnvRunners return no episodes: it gets one zero-step ticket."""
+        return self.family == ON_POLICY
+
+
+def _algorithm_name(config: Any) -> str:
+    from ray.rllib.algorithms.appo import APPOConfig
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.impala import IMPALAConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.algorithms.sac import SACConfig
+
+    for cls, name in ((APPOConfig, "APPO"), (IMPALAConfig, "IMPALA"), (PPOConfig, "PPO"), (SACConfig, "SAC"),
+                      (DQNConfig, "DQN")):
+        if isinstance(config, cls):
+            exact = type(config) is cls or getattr(type(config), "_conduit_config", False)
+            algo = getattr(config, "algo_class", None)
+            algo_name = getattr(algo, "__name__", name) if isinstance(algo, type) else name
+            if not exact and algo_name.upper() not in {name, f"CONDUIT{name}"}:
+                break  # a derived algorithm (e.g. CQL from SAC): its experience path is not ours to change
+            return name
+    what = getattr(getattr(config, "algo_class", None), "__name__", None) or type(config).__name__
+    raise EnableError(f"enable(): algorithm {what} is not supported; Conduit integrates PPO, APPO, IMPALA, DQN and SAC")
+
+
+def _fragment_steps(config: Any, runners: int) -> list[int]:
+    """Env steps one ``sample()`` call returns, per EnvRunner (index 0 = the local runner)."""
+    envs = max(1, int(config.num_envs_per_env_runner))
+    indices = range(1, runners + 1) if runners > 0 else [0]
+    return [int(config.get_rollout_fragment_length(i)) * envs for i in indices]
+
+
+def _check_common(config: Any, name: str) -> None:
+    if not (getattr(config, "enable_rl_module_and_learner", False) and
+            getattr(config, "enable_env_runner_and_connector_v2", False)):
+        raise EnableError(f"enable(): {name} is on RLlib's old API stack; Conduit needs the new one "
+                          "(config.api_stack(enable_rl_module_and_learner=True, "
+                          "enable_env_runner_and_connector_v2=True), the default in RLlib 2.60)")
+    if getattr(config, "is_multi_agent", False):
+        raise EnableError("enable(): multi-agent configs are not supported yet (config.multi_agent(...) is set)")
+    if getattr(config, "input_", "sampler") != "sampler":
+        raise EnableError(f"enable(): offline input (config.offline_data(input_={config.input_!r})) has no "
+                          "EnvRunner experience path for Conduit to take over")
+    if int(config.num_learners or 0) > 1:
+        raise EnableError(f"enable(): num_learners={config.num_learners}: this version of the integration "
+                          "drives one learner (local or remote); use num_learners=0 or 1")
+    model = dict(getattr(config, "model_config", None) or {})
+    if model.get("use_lstm") or model.get("use_attention"):
+        raise EnableError("enable(): recurrent modules (model_config use_lstm/use_attention) are not supported yet")
+
+
+def make_plan(config: Any, options: dict[str, Any]) -> Plan:
+    """The plan for ``config``; raises :class:`EnableError` for what Conduit cannot run faithfully."""
+    name = _algorithm_name(config)
+    _check_common(config, name)
+    runners = int(config.num_env_runners or 0)
+    frags = _fragment_steps(config, runners)
+    notes: list[str] = []
+    for key, owners in (("chunk_steps", ("PPO",)), ("max_lag", ("APPO", "IMPALA"))):
+        if options.get(key) is not None and name not in owners:
+            raise EnableError(f"enable(): option {key}= applies to {'/'.join(owners)}, not {name}")
+    if name == "PPO":
+        if config.batch_mode != "truncate_episodes":
+            raise EnableError(f"enable(): PPO with batch_mode={config.batch_mode!r} samples a variable number of "
+                              "steps per iteration; Conduit's OnPolicy batches need batch_mode='truncate_episodes'")
+        per_round = sum(frags)
+        rounds = max(1, math.ceil(int(config.total_train_batch_size) / per_round))
+        chunk = options.get("chunk_steps")
+        smallest = min(frags)
+        envs = max(1, int(config.num_envs_per_env_runner))
+        if chunk is None:
+            chunk = max(envs, math.ceil(smallest / 8 / envs) * envs)
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0 or chunk % envs:
+            raise EnableError(f"enable(): chunk_steps must be a positive multiple of num_envs_per_env_runner "
+                              f"({envs}), got {chunk!r}")
+        return Plan(name, ON_POLICY, TRAJECTORY, OnPolicy(), per_round * rounds, min(chunk, smallest),
+                    gamma=float(config.gamma), options=options)
+    if name in ("APPO", "IMPALA"):
+        if int(getattr(config, "num_aggregator_actors_per_learner", 0) or 0) > 0:
+            raise EnableError("enable(): num_aggregator_actors_per_learner > 0 runs the learner connector in "
+                              "aggregator actors, which Conduit's delivery replaces; set it to 0")
+        frag = frags[0]
+        if len(set(frags)) > 1:
+            raise EnableError(f"enable(): {name} needs the same rollout_fragment_length on every EnvRunner "
+                              f"(got {sorted(set(frags))} steps per sample call)")
+        per_learner = int(config.train_batch_size_per_learner)
+        batch = math.ceil(per_learner / frag) * frag
+        reuse = 1
+        if name == "APPO" and getattr(config, "use_circular_buffer", True):
+            reuse = int(config.circular_buffer_iterations_per_batch)
+            queue = int(config.circular_buffer_num_batches)
+        else:
+            queue = int(getattr(config, "learner_queue_size", 3) or 3)
+        in_flight = int(config.max_requests_in_flight_per_env_runner) * max(1, runners) * frag
+        lag = reuse * (queue + int(config.max_requests_in_flight_per_learner) + 1 + math.ceil(in_flight / batch)) \
+            + int(getattr(config, "broadcast_interval", 1) or 1)
+        max_lag = options.get("max_lag")
+        if max_lag is None:
+            max_lag = lag
+        if isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0:
+            raise EnableError(f"enable(): max_lag must be a non-negative integer (learner updates), got {max_lag!r}")
+        return Plan(name, ASYNC, TRAJECTORY, BoundedStaleness(max_lag=max_lag, max_reuse=reuse), batch, None,
+                    gamma=float(config.gamma), options=options)
+    # DQN / SAC
+    buf = dict(config.replay_buffer_config or {})
+    n_step = getattr(config, "n_step", 1)
+    if not isinstance(n_step, int) or isinstance(n_step, bool) or n_step < 1:
+        raise EnableError(f"enable(): {name} with n_step={n_step!r}: Conduit stores fixed n-step transitions; "
+                          "set n_step to a positive integer")
+    kind = str(buf.get("type", ""))
+    if "Prioritized" in kind:
+        notes.append(f"the config's {kind} samples by priority; Conduit's Replay contract samples uniformly "
+                     "(priorities are not updated)")
+    from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
+
+    store_w, train_w = calculate_rr_weights(config)
+    inserted = store_w * sum(frags)
+    batch = int(config.train_batch_size_per_learner)
+    ratio = train_w * batch / max(1, inserted)
+    capacity = int(buf.get("capacity", 50_000))
+    min_size = int(config.num_steps_sampled_before_learning_starts or 0)
+    min_size = min(min_size, capacity)  # RLlib starts learning there; the sampler draws with replacement
+    contract = Replay(capacity=capacity, replay_ratio=ratio, min_size=min_size,
+                      error_buffer=max(1.0, ratio) * max(min_size, batch, sum(frags) * 4))
+    return Plan(name, REPLAY, TRANSITION, contract, batch, None, n_step=n_step, gamma=float(config.gamma),
+                notes=tuple(notes), options=options)
