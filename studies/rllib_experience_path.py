@@ -225,6 +225,8 @@ def run_workload(w: Workload, side: str, args) -> list[dict]:
                     **seg,
                 }
                 rows.append(row)
+                if "conduit" in result:
+                    row["plane_violations"] = float(result["conduit"]["violations"])
                 print(
                     f"  {w.name} [{side}] iter {i + 1}/{args.iters}: "
                     f"train {seg['train_iteration_ms']:.0f} ms, EXP {seg['exp_ms']:.1f} ms "
@@ -241,6 +243,14 @@ def run_workload(w: Workload, side: str, args) -> list[dict]:
             server = getattr(algo, "_env_runner_state_server", None)
             with contextlib.suppress(Exception):
                 algo.stop()
+            if side == "conduit":
+                from conduit.runtime.rllib import shutdown
+
+                final = shutdown(algo)
+                print(f"  {w.name} [{side}]: final audit: {final['violations']} violations, "
+                      f"{final['delivered_samples']} samples delivered", flush=True)
+                for row in rows:
+                    row["audit_violations"] = float(final["violations"])
             if server is not None:
                 import ray
 
@@ -272,6 +282,7 @@ TABLE = [
     ("exp_share", "EXP%", None),
     ("exp_share_with_gae", "+GAE%", None),
     ("exposed_per_update_ms", "exposed/upd", 1),
+    ("chunk_path_ms", "chunk.path", 1),
     ("experience_share", "exp.share", None),
     ("batch_mb", "batchMB", 2),
     ("env_steps_sampled", "steps", 0),
@@ -311,12 +322,55 @@ def format_table(meds: list[dict]) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in lines])
 
 
+RATIOS = [
+    ("exposed_per_update_ms", "exposed/upd"),
+    ("iteration_ms", "iteration"),
+    ("train_iteration_ms", "train() wall"),
+    ("chunk_path_ms", "chunk path"),
+    ("experience_share", "exp.share"),
+]
+
+#: Targets (conduit / stock, medians) from the RLlib integration issue; other workloads: iteration <= 1.05x.
+TARGETS = {
+    "ppo-largeobs-1r-1l": {"exposed_per_update_ms": 0.2, "iteration_ms": 0.9},
+    "dqn-cartpole-1r": {"exposed_per_update_ms": 0.3, "iteration_ms": 0.85},
+}
+
+
+def ratios(meds: list[dict]) -> list[dict]:
+    """conduit / stock for every workload that ran on both sides, with the targets checked."""
+    by = {(m["workload"], m["side"]): m for m in meds}
+    out = []
+    for (wl, side), m in by.items():
+        stock = by.get((wl, "stock"))
+        if side != "conduit" or stock is None:
+            continue
+        row = {"workload": wl}
+        for key, _ in RATIOS:
+            s, c = stock.get(key, float("nan")), m.get(key, float("nan"))
+            row[key] = c / s if s and math.isfinite(s) and math.isfinite(c) else float("nan")
+        targets = TARGETS.get(wl, {"iteration_ms": 1.05})
+        row["targets"] = {k: (t, bool(row[k] <= t)) for k, t in targets.items()}
+        out.append(row)
+    return out
+
+
+def format_ratios(rows: list[dict]) -> str:
+    lines = ["workload".ljust(24) + "".join(h.rjust(14) for _, h in RATIOS) + "  targets"]
+    for r in rows:
+        cells = "".join(f"{r[k]:14.3f}" for k, _ in RATIOS)
+        tgt = ", ".join(f"{k.replace('_ms', '').replace('_per_update', '')} <= {t}x "
+                        f"{'PASS' if ok else 'MISS'}" for k, (t, ok) in r["targets"].items())
+        lines.append(r["workload"].ljust(24) + cells + "  " + tgt)
+    return "\n".join(lines)
+
+
 def write_outputs(rows: list[dict], meds: list[dict], out: Path, args, wall_s: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if rows:
-        keys = list(rows[0].keys())
+        keys = list(dict.fromkeys(k for r in rows for k in r))
         with open(out / "per_iteration.csv", "w", newline="") as fh:
-            wr = csv.DictWriter(fh, fieldnames=keys)
+            wr = csv.DictWriter(fh, fieldnames=keys, restval="")
             wr.writeheader()
             wr.writerows(rows)
     if meds:
@@ -403,6 +457,12 @@ def main(argv=None) -> int:
     print()
     print(f"Medians over iterations after {args.warmup} warm-up (ms per training iteration; see --help):")
     print(format_table(meds))
+    rat = ratios(meds)
+    if rat:
+        print("\nConduit / stock (medians; < 1 is better):")
+        print(format_ratios(rat))
+        with open(args.out / "ratios.json", "w") as fh:
+            json.dump(rat, fh, indent=1, default=float)
     print(f"\nwall time {wall:.0f} s; written {args.out}/per_iteration.csv, medians.csv, per_iteration.json")
     return 0
 

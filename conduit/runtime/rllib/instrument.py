@@ -54,6 +54,9 @@ Segments (milliseconds; the definitions are the reference's, the metric names DE
   ``t_last_needed_chunk_created`` the newest sample-end stamp the driver had received when it called
   the learner (for PPO the batch's newest chunk; for DQN the step whose insertion the replay ratio
   requires before this update; for APPO the package's newest chunk);
+- ``chunk_path_ms`` the **experience-path latency per chunk**: mean over the chunks sampled in this
+  iteration (one per ``on_sample_end``) of the time from its sample-end stamp to the exit of the
+  first learner pipeline after it (the chunk is then in a batch, in the layout the update consumes);
 - ``iteration_ms`` the **iteration time**: mean time between the starts of consecutive learner
   updates (falls back to ``train_iteration_ms`` while there is no previous update);
   ``train_iteration_ms`` the wall time of the ``train()`` call;
@@ -101,6 +104,7 @@ _EP_ID = "conduit_sample_id"
 #: The numbers :func:`segments` returns (all finite floats, all >= 0).
 SEGMENT_KEYS = (
     "iteration_ms",
+    "chunk_path_ms",
     "train_iteration_ms",
     "sampling_ms",
     "a_ms",
@@ -344,6 +348,7 @@ class _Iteration:
         self.prios_s = 0.0
         self.weight_sync_s = 0.0
         self.state_sync_s = 0.0
+        self.chunk_ends: list[float] = []  # sample-end stamp of every chunk seen this iteration
 
 
 class _DriverRecorder:
@@ -370,6 +375,7 @@ class _DriverRecorder:
             t_end = max(s[1] for s in stamps)
             it.a.append(max(0.0, t_return - t_end))
             it.steps += sum(int(s[2]) for s in stamps)
+            it.chunk_ends.extend(float(s[1]) for s in stamps)
             self._chunk(t_end)
         self.t_data_arrived = t_return
 
@@ -389,6 +395,7 @@ class _DriverRecorder:
             t_end = max(s[1] for s in stamps)
             it.a.append(max(0.0, t_return - t_end))
             it.steps += sum(int(s[2]) for s in stamps)
+            it.chunk_ends.extend(float(s[1]) for s in stamps)
             self._chunk(t_end)
             hex_ = getattr(ref, "hex", None)
             if callable(hex_):
@@ -528,9 +535,19 @@ class _DriverRecorder:
             iteration_s = train_iteration_s
             experience_share = exposed_s / train_iteration_s if train_iteration_s > 0 else 0.0
 
+        # Experience-path latency per chunk: from a chunk's sample-end stamp to the exit of the first
+        # learner pipeline after it (the chunk is then in a batch in the layout the update consumes).
+        exits = sorted(r["t_exit"] for r in batches)
+        paths = []
+        for t_end in it.chunk_ends:
+            later = [t for t in exits if t >= t_end]
+            if later:
+                paths.append(later[0] - t_end)
+
         ms = 1000.0
         seg = {
             "iteration_ms": iteration_s * ms,
+            "chunk_path_ms": (sum(paths) / len(paths) * ms) if paths else 0.0,
             "train_iteration_ms": train_iteration_s * ms,
             "sampling_ms": it.sampling_s * ms,
             "a_ms": agg(it.a) * ms,
