@@ -197,9 +197,8 @@ def test_enable_refuses_bad_options(case):
         enable(make(), **options())
 
 
-@pytest.mark.xfail(reason="enable() does not check inline_bytes/capacities/topology; they fail (or are ignored) "
-                          "only when the plane starts in on_algorithm_init", strict=True)
 @pytest.mark.parametrize("option", [{"inline_bytes": "x"}, {"inline_bytes": -5}, {"capacities": "lots"},
+                                    {"capacities": {"pageable": "-1 GiB"}}, {"coalesce_s": -1},
                                     {"topology": "/tmp/tre_no_such_topology.yaml"}])
 def test_enable_refuses_bad_plane_options_up_front(option):
     """plan.py: "All refusals happen here, so a bad combination fails at enable() time"."""
@@ -707,6 +706,39 @@ def test_transition_layout_n_step_rows(data):
         assert list(ep.get_extra_model_outputs("weights", slice(0, 1))) == [1.0]
 
 
+@HYPO
+@given(data=st.data())
+def test_transition_packer_gives_full_windows_across_sample_calls(data):
+    """An episode cut into pieces over several sample calls gives the transitions of the whole episode:
+    every step exactly once, k = min(n_step, steps to the episode's end) - as RLlib's episode buffer,
+    which joins pieces by id before it samples windows."""
+    from conduit.runtime.rllib.layout import TransitionPacker
+
+    n_step = data.draw(st.integers(1, 4), label="n_step")
+    gamma = data.draw(st.sampled_from([0.5, 0.99]), label="gamma")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    spaces = _spaces(False)
+    schema = transition_schema(*spaces)
+    episodes, calls = [], []
+    for i in range(data.draw(st.integers(1, 3), label="episodes")):
+        n = data.draw(st.integers(1, 25), label="length")
+        ep = _episode(rng, f"p{i}", n, data.draw(st.sampled_from(["terminated", "truncated"])), image=False,
+                      spaces=spaces)
+        cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, n - 1)), max_size=4), label="cuts"))) if n > 1 else []
+        episodes.append(ep)
+        calls.append(_pieces(ep, cuts, lookback=1))
+    packer = TransitionPacker(schema, n_step, gamma)
+    rounds = max(len(c) for c in calls)  # sample call j returns every episode's j-th piece
+    out = [packer.pack([c[j] for c in calls if j < len(c)]) for j in range(rounds)]
+    assert packer.flush() == {} and not packer.carries  # done episodes leave nothing behind
+    got = {k: np.concatenate([o[k] for o in out if o]) for k in schema.names}
+    expected = pack_transitions(episodes, schema, n_step, gamma)  # the whole episodes at once
+    order = lambda cols: np.lexsort((cols["rewards"], cols["obs"][:, 0]))  # row order may differ
+    a, b = order(got), order(expected)
+    for k in schema.names:
+        np.testing.assert_allclose(got[k][a], expected[k][b], rtol=1e-6, atol=1e-6)
+
+
 def test_transition_layout_skips_empty_pieces():
     rng = np.random.default_rng(0)
     spaces = _spaces(False)
@@ -753,11 +785,7 @@ class _ScriptedSampler:
 def _runner(plan, sampler_episode, fragment, **kw):
     from conduit.runtime.rllib.env_runner import conduit_env_runner_class
 
-    class Runner(conduit_env_runner_class(_ScriptedSampler, plan)):
-        def _cd_check(self, *, leave=None):  # nothing is in flight: the recording plane took every chunk
-            self._cd_in_flight = []
-
-    return Runner(sampler_episode, fragment, **kw)
+    return conduit_env_runner_class(_ScriptedSampler, plan)(sampler_episode, fragment, **kw)
 
 
 def test_env_runner_streams_ppo_sub_chunks_and_returns_a_ticket():
@@ -774,6 +802,7 @@ def test_env_runner_streams_ppo_sub_chunks_and_returns_a_ticket():
     schema = trajectory_schema(*spaces, N_ACTIONS)
     runner.conduit_attach(cluster, schema, "learner0")
     out = runner.sample()
+    assert runner.conduit_flush() == 100  # the sender thread has handed every chunk to the plane
     assert runner.calls == [30, 30, 30, 10]
     ids = [c["id"] for c in cluster.chunks]
     assert ids == ["r1-0", "r1-1", "r1-2", "r1-3"]
@@ -797,12 +826,12 @@ def test_env_runner_replay_sends_transitions_and_returns_nothing():
     cluster = _RecordingCluster()
     runner.conduit_attach(cluster, transition_schema(*spaces), "learner0")
     assert runner.sample() == [] and runner.sample() == []
+    runner.conduit_flush()
     assert runner.calls == [3, 3]  # DQN's "auto" fragment is n_step env steps per call
-    assert [c["annotation"] for c in cluster.chunks] == [None, None]
-    # each call's piece is packed on its own (layout.py: k = min(n_step, steps left in the piece)), so the
-    # windows stop at every sample-call boundary; RLlib's EpisodeReplayBuffer joins the pieces by episode id
-    # and would give 3-step windows across that boundary
-    assert [list(c["payload"]["n_step"]) for c in cluster.chunks] == [[3, 2, 1], [3, 2, 1]]
+    assert all(c["annotation"] is None for c in cluster.chunks)
+    # the last n_step - 1 steps of a cut piece wait for the episode's next piece (as RLlib's episode buffer
+    # joins pieces by id): every emitted transition has a full 3-step window
+    assert np.concatenate([c["payload"]["n_step"] for c in cluster.chunks]).tolist() == [3, 3, 3, 3]
 
 
 def test_env_runner_leaves_evaluation_alone():

@@ -40,6 +40,7 @@ OPTIONS: dict[str, str] = {
     "chunk_steps": "PPO: env steps per sub-chunk an EnvRunner streams while it samples",
     "value_pass": "PPO: 'per_chunk' (default: value-function pass as chunks arrive) or 'batch' (stock timing)",
     "max_lag": "APPO/IMPALA: the BoundedStaleness bound in learner updates (default: from the config's queues)",
+    "coalesce_s": "DQN/SAC: an EnvRunner gathers its samples for up to this many seconds into one chunk (0.1)",
     "delivery_timeout": "seconds a learner waits for its batch before DeliveryTimeout (default 600)",
     "ingest_timeout": "seconds a chunk may wait for room in the plane before PlaneFullError (default 120)",
     "inline_bytes": "chunks smaller than this travel inside the call, not through the object store (256 KiB)",
@@ -54,6 +55,9 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(options)
     policy = out.get("policy", "conduit")
     if isinstance(policy, str):
+        pf = out.get("params_file")
+        if pf is not None and not os.path.exists(pf):
+            raise EnableError(f"enable(): params_file {os.fspath(pf)!r}: no such file")
         from conduit.registry import create_policy
         from conduit.tuning_file import resolve_params
 
@@ -68,9 +72,7 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
                           "configured (pass policy='name' with params, or the object alone)")
     elif not hasattr(policy, "placement") or not hasattr(policy, "scheduling"):
         raise EnableError(f"enable(): policy must be a registered name or a conduit Policy, got {policy!r}")
-    pf = out.get("params_file")
-    if pf is not None and not os.path.exists(pf):
-        raise EnableError(f"enable(): params_file {os.fspath(pf)!r} does not exist")
+    _check_plane_options(out)
     vp = out.get("value_pass", "per_chunk")
     if vp not in ("per_chunk", "batch"):
         raise EnableError(f"enable(): value_pass must be 'per_chunk' or 'batch', got {vp!r}")
@@ -82,6 +84,36 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
         raise EnableError(f"enable(): prefetch_depth must be a non-negative integer, got {depth!r}")
     return out
+
+
+def _check_plane_options(out: Mapping[str, Any]) -> None:
+    """The plane's own options, checked now rather than when the plane starts inside ``build_algo()``."""
+    from conduit.units import parse_quantity
+
+    inline = out.get("inline_bytes")
+    if inline is not None and (isinstance(inline, bool) or not isinstance(inline, int) or inline < 0):
+        raise EnableError(f"enable(): inline_bytes must be a non-negative integer (bytes), got {inline!r}")
+    caps = out.get("capacities")
+    if caps is not None:
+        if not isinstance(caps, Mapping):
+            raise EnableError(f"enable(): capacities must map tier ids or kinds to sizes, got {caps!r}")
+        for tier, size in caps.items():
+            try:
+                if parse_quantity(size, "bytes") <= 0:
+                    raise ValueError("must be > 0 bytes")
+            except (ConduitError, ValueError) as exc:
+                raise EnableError(f"enable(): capacities[{tier!r}]: {exc}") from None
+    topo = out.get("topology")
+    if topo is not None:
+        from conduit.runtime.machine import resolve_topology
+
+        try:
+            resolve_topology(topo)
+        except (ConduitError, OSError, ValueError) as exc:
+            raise EnableError(f"enable(): topology={topo!r}: {exc}") from None
+    window = out.get("coalesce_s")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float)) or window < 0):
+        raise EnableError(f"enable(): coalesce_s must be a non-negative number of seconds, got {window!r}")
 
 
 @functools.cache

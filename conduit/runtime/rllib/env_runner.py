@@ -21,11 +21,12 @@ while the learner already works on the first sub-chunks as the later ones are sa
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from typing import Any, ClassVar
 
 from conduit.errors import ConduitError
-from conduit.runtime.rllib.layout import TRAJECTORY, pack_trajectories, pack_transitions
+from conduit.runtime.rllib.layout import TRAJECTORY, TransitionPacker, pack_trajectories
 from conduit.runtime.rllib.plan import Plan
 
 TICKET_KEY = "conduit_ticket"
@@ -44,8 +45,8 @@ class ConduitEnvRunnerMixin:
         self._cd_schema = schema
         self._cd_learner = learner
         self._cd_seq = itertools.count()
-        self._cd_in_flight: list[Any] = []
         self._cd_steps = 0
+        self._cd_sender = _Sender(self)
 
     def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None, explore: bool | None = None,
                random_actions: bool = False, force_reset: bool = False) -> list:
@@ -71,7 +72,7 @@ class ConduitEnvRunnerMixin:
             episodes = super().sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
                                       force_reset=force_reset, **kw)
             steps += self._cd_push(episodes, ids)
-        self._cd_check()
+        self._cd_sender.check()
         if not plan.returns_ticket:
             return []
         from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -82,50 +83,127 @@ class ConduitEnvRunnerMixin:
         return [ticket]
 
     def _cd_push(self, episodes: list, ids: list) -> int:
-        plan = self.conduit_plan
-        version = int(self._weights_seq_no)
-        if plan.layout == TRAJECTORY:
-            payload, annotation = pack_trajectories(episodes, self._cd_schema, version)
-        else:
-            payload, annotation = pack_transitions(episodes, self._cd_schema, plan.n_step, plan.gamma), None
-        if not payload:
-            return 0
-        steps = len(payload["obs"])
-        cid = f"r{self.worker_index}-{next(self._cd_seq)}"
-        ref = self._cd_cluster.ingest_async(payload, policy_version=version, chunk_id=cid,
-                                            producer=f"env_runner{self.worker_index}", learner=self._cd_learner,
-                                            t_created=time.time(), annotation=annotation)
-        self._cd_in_flight.append(ref)
-        ids.append(cid)
-        self._cd_steps += steps
-        if len(self._cd_in_flight) > MAX_IN_FLIGHT:
-            self._cd_check(leave=MAX_IN_FLIGHT)
+        """Hand the sample to the sender thread; returns its env steps (the RPC need not wait for the send)."""
+        steps = sum(len(e) for e in episodes)
+        if steps:
+            cid = f"r{self.worker_index}-{next(self._cd_seq)}"
+            self._cd_sender.send(episodes, int(self._weights_seq_no), cid, time.time())
+            ids.append(cid)
+            self._cd_steps += steps
         return steps
-
-    def _cd_check(self, *, leave: int | None = None) -> None:
-        """Collect acknowledged chunks; with ``leave``, wait until at most that many are unacknowledged.
-
-        A refused chunk (schema, capacity, a full plane) raises here, on the EnvRunner, with the
-        plane's message."""
-        import ray
-
-        refs = self._cd_in_flight
-        if not refs:
-            return
-        if leave is None:
-            ready, rest = ray.wait(refs, num_returns=len(refs), timeout=0)
-        elif len(refs) > leave:
-            ready, rest = ray.wait(refs, num_returns=len(refs) - leave)
-        else:
-            return
-        self._cd_in_flight = rest
-        if ready:
-            ray.get(ready)
 
     def conduit_flush(self) -> int:
         """Wait until every chunk this runner sent is in the plane; returns the steps sent so far."""
-        self._cd_check(leave=0)
+        self._cd_sender.flush()
         return self._cd_steps
+
+
+class _Sender:
+    """The EnvRunner's sending thread: packs samples into chunks and sends them to the plane, in order.
+
+    It keeps at most :data:`MAX_IN_FLIGHT` chunks unacknowledged (then it waits: backpressure from
+    the plane reaches the sampler), and a refused chunk (schema, capacity, a full plane) is raised by
+    the runner's next ``sample()`` call, with the plane's message.
+    """
+
+    def __init__(self, runner: ConduitEnvRunnerMixin):
+        import queue
+
+        self.runner = runner
+        self.queue: queue.Queue = queue.Queue(maxsize=MAX_IN_FLIGHT)
+        self.in_flight: list[Any] = []
+        self.error: BaseException | None = None
+        self.packer: TransitionPacker | None = None  # Replay: n-step windows across sample calls
+        self.thread = threading.Thread(target=self._run, name="conduit-sender", daemon=True)
+        self.thread.start()
+
+    def send(self, episodes: list, version: int, cid: str, t_created: float) -> None:
+        self.check()
+        self.queue.put((episodes, version, cid, t_created))
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def flush(self) -> None:
+        self.queue.join()
+        self._settle(leave=0)
+        self.check()
+
+    def _run(self) -> None:
+        window = self.runner.conduit_plan.options.get("coalesce_s", 0.0) or 0.0
+        while True:
+            items = self._gather(window)
+            try:
+                if self.error is None:
+                    for group in _same_version_runs(items):
+                        # one chunk: the group's episode pieces, its first id, its oldest sample's time
+                        self._send([e for i in group for e in i[0]], group[0][1], group[0][2], group[0][3])
+            except BaseException as exc:  # noqa: BLE001 - raised by the runner's next sample()
+                self.error = exc
+            finally:
+                for _ in items:
+                    self.queue.task_done()
+
+    def _gather(self, window: float) -> list[tuple]:
+        """The next sample call's data, plus (Replay) whatever else arrives within ``window`` seconds: a
+        one-step sample call per env step would otherwise be one plane call per step."""
+        import queue
+
+        items = [self.queue.get()]
+        deadline = time.monotonic() + window
+        while window and len(items) < MAX_IN_FLIGHT:
+            try:
+                items.append(self.queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        return items
+
+    def _send(self, episodes: list, version: int, cid: str, t_created: float) -> None:
+        r = self.runner
+        plan = r.conduit_plan
+        if plan.layout == TRAJECTORY:
+            payload, annotation = pack_trajectories(episodes, r._cd_schema, version)
+        else:
+            if self.packer is None:
+                self.packer = TransitionPacker(r._cd_schema, plan.n_step, plan.gamma)
+            payload, annotation = self.packer.pack(episodes), None
+        if not payload:  # every step is carried until its n-step window is complete
+            return
+        ref = r._cd_cluster.ingest_async(payload, policy_version=version, chunk_id=cid,
+                                         producer=f"env_runner{r.worker_index}", learner=r._cd_learner,
+                                         t_created=t_created, annotation=annotation)
+        if isinstance(ref, _object_ref_type()):  # (an in-process plane answers at once)
+            self.in_flight.append(ref)
+            self._settle(leave=MAX_IN_FLIGHT)
+
+    def _settle(self, *, leave: int) -> None:
+        """Wait until at most ``leave`` chunks are unacknowledged; a refused chunk raises here."""
+        import ray
+
+        if len(self.in_flight) > leave:
+            ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight) - leave)
+            ray.get(ready)
+        elif self.in_flight:
+            ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight), timeout=0)
+            ray.get(ready)
+
+
+def _object_ref_type() -> type:
+    import ray
+
+    return ray.ObjectRef
+
+
+def _same_version_runs(items: list[tuple]) -> list[list[tuple]]:
+    """Consecutive items with the same weights version (a chunk carries one version)."""
+    runs: list[list[tuple]] = []
+    for item in items:
+        if runs and runs[-1][0][1] == item[1]:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
 
 
 def conduit_env_runner_class(base: type, plan: Plan) -> type:

@@ -193,7 +193,7 @@ class _InstrumentedLearnerMixin:
     def build(self) -> None:
         super().build()
         self._ci_grad_start: dict[int, float] = {}
-        self._ci_pending: dict | None = None
+        self._ci_pending: dict[int, dict] = {}  # per thread: the update() call being served
         self._ci_last_return: float | None = None
         self._ci_pre = self._ci_post = self._ci_entry = None
         pipe = getattr(self, "_learner_connector", None)
@@ -211,20 +211,24 @@ class _InstrumentedLearnerMixin:
     def update(self, *args, **kwargs):
         t_entry = time.time()
         call = kwargs.pop("_conduit_call", None)
-        self._ci_pending = {"t_entry": t_entry, "call": call, "t_prev_return": self._ci_last_return}
+        self._ci_pending[threading.get_ident()] = {"t_entry": t_entry, "call": call,
+                                                   "t_prev_return": self._ci_last_return}
         try:
             return super().update(*args, **kwargs)
         finally:
+            self._ci_pending.pop(threading.get_ident(), None)
             self._ci_last_return = time.time()
 
     def _make_batch_if_necessary(self, training_data):
-        if getattr(training_data, "episodes", None) is None:
-            # Already a batch (the IMPALA/APPO learner thread, or a batch from an aggregator).
+        if getattr(training_data, "episodes", None) is None and threading.get_ident() not in self._ci_pending:
+            # Already a batch, outside an update() call (the IMPALA/APPO learner thread).
             batch = super()._make_batch_if_necessary(training_data)
             self._ci_grad_start[threading.get_ident()] = time.time()
             return batch
+        # Episodes through the learner connector, or a batch handed to update() ready-made: either way
+        # this is where the batch reaches the layout the update consumes.
         t_batch = time.time()
-        episodes = training_data.episodes
+        episodes = training_data.episodes or ()
         t_chunk_eps = None
         steps = 0
         for e in episodes:
@@ -237,8 +241,9 @@ class _InstrumentedLearnerMixin:
                 piece.t = None
         batch = super()._make_batch_if_necessary(training_data)
         t_exit = time.time()
-        pending = self._ci_pending or {}
-        self._ci_pending = None
+        if not episodes and batch is not None:
+            steps = int(batch.env_steps())
+        pending = self._ci_pending.pop(threading.get_ident(), None) or {}
         call = pending.get("call") or {}
         t_chunk = call.get("t_last_chunk") or t_chunk_eps
         record = {

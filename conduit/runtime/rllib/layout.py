@@ -15,11 +15,14 @@ train batch RLlib would build:
   episode into several chunks while it streams), and RLlib's own learner connector takes it from
   there: the train batch is the one stock RLlib would build.
 * **Transition layout** (DQN, SAC): every row is a self-contained n-step transition: ``obs``,
-  ``next_obs`` (the observation ``k = min(n_step, steps left in the piece)`` steps later),
+  ``next_obs`` (the observation ``k = min(n_step, steps to the episode's end)`` steps later),
   ``actions``, ``rewards`` (the discounted sum of the ``k`` rewards), ``terminateds``,
-  ``truncateds`` and ``n_step`` (= ``k``). The plane's Replay sampler draws rows uniformly, which is
-  exactly the uniform episode buffer's timestep sampling; the learner turns each sampled row into
-  the one-step episode RLlib's buffer would have returned (with ``weights`` 1).
+  ``truncateds`` and ``n_step`` (= ``k``). An EnvRunner's :class:`TransitionPacker` holds the last
+  ``n_step - 1`` steps of a cut piece until the episode's next piece arrives, so windows run across
+  sample calls as in RLlib's episode buffer. The plane's Replay sampler draws rows uniformly, which
+  is the uniform episode buffer's timestep sampling; the learner uses each sampled row as the
+  one-step episode RLlib's buffer would have returned (with ``weights`` 1), or directly as a row of
+  the train batch (:class:`~conduit.runtime.rllib.delivery.DirectReplay`).
 """
 
 from __future__ import annotations
@@ -141,40 +144,114 @@ def pack_trajectories(episodes: Sequence[Any], schema: Schema, version: int) -> 
     return payload, {"pieces": pieces, "final_obs": np.stack(finals), "t": time.time()}
 
 
+def _windows(obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, emit: int, done: tuple[bool, bool],
+             n_step: int, gamma: float) -> dict[str, np.ndarray]:
+    """Transitions for steps ``[0, emit)`` of a run of ``L = len(rewards)`` steps (``L + 1`` observations):
+    ``k = min(n_step, L - t)``; ``done`` = (terminated, truncated) of the run's end."""
+    n = len(rewards)
+    t = np.arange(emit)
+    k = np.minimum(n_step, n - t)
+    if n_step == 1:
+        summed = rewards[:emit]
+    else:
+        padded = np.concatenate([rewards, np.zeros(n_step - 1)])
+        windows = np.lib.stride_tricks.sliding_window_view(padded, n_step)[:emit]
+        summed = (windows * gamma ** np.arange(n_step, dtype=np.float64)).sum(axis=1)  # zeros past the end add 0
+    ends = t + k == n
+    return {"obs": obs[:emit], "next_obs": obs[t + k], "actions": actions[:emit], "rewards": summed,
+            "terminateds": ends & done[0], "truncateds": ends & done[1], "n_step": k}
+
+
+@dataclass
+class _Carry:
+    """Steps of an ongoing episode whose n-step window reaches into its next piece."""
+
+    t_end: int  # timestep of the next expected step
+    obs: np.ndarray  # observations of the carried steps and the one after them (len = steps + 1)
+    actions: np.ndarray
+    rewards: np.ndarray
+
+
+class TransitionPacker:
+    """Packs an EnvRunner's episode pieces into n-step transitions (transition layout), across calls.
+
+    A sample call cuts ongoing episodes; the last ``n_step - 1`` steps of a cut piece have no full
+    window yet. They are carried to the episode's next piece (RLlib's episode buffer joins pieces
+    by episode id the same way), so every transition gets ``k = n_step`` except at an episode's
+    real end. Carries of episodes that never continue (an env reset) are emitted with the shorter
+    windows they have after :data:`MAX_CARRIES` newer episodes, or by :meth:`flush`.
+    """
+
+    MAX_CARRIES = 256
+
+    def __init__(self, schema: Schema, n_step: int, gamma: float):
+        self.cols = {c.name: c for c in schema.columns}
+        self.n_step, self.gamma = int(n_step), float(gamma)
+        self.carries: dict[str, _Carry] = {}
+
+    def pack(self, episodes: Sequence[Any]) -> dict[str, np.ndarray]:
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in self.cols}
+        for e in episodes:
+            n = _steps(e)
+            if n == 0:
+                continue
+            obs = np.asarray(e.get_observations(slice(0, n + 1)))
+            actions = np.asarray(e.get_actions(slice(0, n)))
+            rewards = np.asarray(e.get_rewards(slice(0, n)), dtype=np.float64)
+            key = str(e.id_)
+            carry = self.carries.pop(key, None)
+            if carry is not None and carry.t_end == int(e.t_started):
+                obs = np.concatenate([carry.obs[:-1], obs])
+                actions = np.concatenate([carry.actions, actions])
+                rewards = np.concatenate([carry.rewards, rewards])
+            elif carry is not None:
+                self._emit(parts, carry.obs, carry.actions, carry.rewards, len(carry.rewards), (False, False), key)
+            done = (bool(e.is_terminated), bool(e.is_truncated))
+            total = len(rewards)
+            emit = total if any(done) else max(0, total - (self.n_step - 1))
+            self._emit(parts, obs, actions, rewards, emit, done, key)
+            if emit < total:
+                self.carries[key] = _Carry(int(e.t_started) + n, obs[emit:], actions[emit:], rewards[emit:])
+        while len(self.carries) > self.MAX_CARRIES:
+            key, c = next(iter(self.carries.items()))
+            del self.carries[key]
+            self._emit(parts, c.obs, c.actions, c.rewards, len(c.rewards), (False, False), key)
+        return self._concat(parts)
+
+    def flush(self) -> dict[str, np.ndarray]:
+        """Every carried step, with the windows it has (the end of a run, or a test)."""
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in self.cols}
+        for key, c in self.carries.items():
+            self._emit(parts, c.obs, c.actions, c.rewards, len(c.rewards), (False, False), key)
+        self.carries.clear()
+        return self._concat(parts)
+
+    def _emit(self, parts: dict, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, emit: int,
+              done: tuple[bool, bool], key: str) -> None:
+        if emit <= 0:
+            return
+        got = _windows(obs, actions, rewards, emit, done, self.n_step, self.gamma)
+        for name, col in self.cols.items():
+            parts[name].append(_cast(got[name], col.dtype, col.shape, emit, f"{key!r} column {name!r}"))
+
+    @staticmethod
+    def _concat(parts: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+        if not parts["obs"]:
+            return {}
+        return {name: np.concatenate(p) if len(p) > 1 else p[0] for name, p in parts.items()}
+
+
 def pack_transitions(episodes: Sequence[Any], schema: Schema, n_step: int, gamma: float) -> dict[str, np.ndarray]:
-    """One chunk of n-step transitions from an EnvRunner's episode pieces (transition layout)."""
-    cols = {c.name: c for c in schema.columns}
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in cols}
-    discounts = gamma ** np.arange(n_step, dtype=np.float64)
+    """Transitions of these pieces alone: every window stops at its piece's end (no carry across calls)."""
+    packer = TransitionPacker(schema, n_step, gamma)
+    parts = {name: [] for name in packer.cols}
     for e in episodes:
         n = _steps(e)
-        if n == 0:
-            continue
-        obs = np.asarray(e.get_observations(slice(0, n + 1)))
-        rewards = np.asarray(e.get_rewards(slice(0, n)), dtype=np.float64)
-        t = np.arange(n)
-        k = np.minimum(n_step, n - t)
-        if n_step == 1:
-            summed = rewards
-        else:
-            padded = np.concatenate([rewards, np.zeros(n_step - 1)])
-            windows = np.lib.stride_tricks.sliding_window_view(padded, n_step)[:n]
-            summed = (windows * discounts).sum(axis=1)  # zeros beyond the piece's end add nothing
-        ends = t + k == n
-        got = {
-            "obs": obs[:n],
-            "next_obs": obs[t + k],
-            "actions": e.get_actions(slice(0, n)),
-            "rewards": summed,
-            "terminateds": ends & bool(e.is_terminated),
-            "truncateds": ends & bool(e.is_truncated),
-            "n_step": k,
-        }
-        for name, col in cols.items():
-            parts[name].append(_cast(got[name], col.dtype, col.shape, n, f"{e.id_!r} column {name!r}"))
-    if not parts["obs"]:
-        return {}
-    return {name: np.concatenate(p) if len(p) > 1 else p[0] for name, p in parts.items()}
+        if n:
+            packer._emit(parts, np.asarray(e.get_observations(slice(0, n + 1))), np.asarray(e.get_actions(slice(0, n))),
+                         np.asarray(e.get_rewards(slice(0, n)), dtype=np.float64), n,
+                         (bool(e.is_terminated), bool(e.is_truncated)), str(e.id_))
+    return packer._concat(parts)
 
 
 # ------------------------------------------------------------------------------------------ rebuilding

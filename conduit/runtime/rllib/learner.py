@@ -22,7 +22,6 @@ import time
 from typing import Any, ClassVar
 
 from conduit.errors import ConduitError
-from conduit.runtime.rllib.layout import TRAJECTORY, rebuild_trajectories, rebuild_transitions
 from conduit.runtime.rllib.plan import ON_POLICY, REPLAY, Plan
 
 DATA_ARGS = ("batch", "batches", "batch_refs", "episodes", "episodes_refs", "data_iterators", "training_data")
@@ -36,27 +35,66 @@ class ConduitLearnerMixin:
     _conduit_learner = True
 
     def conduit_attach(self, cluster: Any, learner: str, spaces: tuple[Any, Any]) -> None:
-        """Called by the driver's callback once the plane runs."""
+        """Called by the driver's callback once the plane runs: how this learner gets its batches."""
+        from conduit.runtime.rllib.delivery import DirectReplay, Prefetcher, fetch_now
+
         self._cd_cluster = cluster
         self._cd_id = learner
         self._cd_spaces = spaces
-        self._cd_stream = None
+        self._cd_stream = self._cd_prefetch = None
         plan = self.conduit_plan
-        if plan.family == ON_POLICY and plan.options.get("value_pass", "per_chunk") == "per_chunk":
-            from conduit.runtime.rllib.values import ValueStream, install_streamed_gae
+        if plan.family == ON_POLICY:
+            if plan.options.get("value_pass", "per_chunk") == "per_chunk":
+                from conduit.runtime.rllib.values import ValueStream, install_streamed_gae
 
-            if install_streamed_gae(self):
-                self._cd_stream = ValueStream(self, cluster, learner)
+                if install_streamed_gae(self):
+                    self._cd_stream = ValueStream(self, cluster, learner)
+        elif plan.options.get("prefetch_depth", 1) > 0:
+            if plan.family == REPLAY:  # the raw batch: DirectReplay decides how it reaches the update
+                self._cd_prefetch = Prefetcher(lambda t: cluster.next_batch(learner, timeout=t))
+            else:
+                self._cd_prefetch = Prefetcher(
+                    lambda t: fetch_now(cluster, learner, plan.layout, spaces, update=None, timeout=t))
+        self._cd_direct = DirectReplay() if plan.family == REPLAY else None
 
     def conduit_detach(self) -> None:
-        if getattr(self, "_cd_stream", None) is not None:
-            self._cd_stream.stop()
-            self._cd_stream = None
+        for part in (getattr(self, "_cd_stream", None), getattr(self, "_cd_prefetch", None)):
+            if part is not None:
+                part.stop()
+        self._cd_stream = self._cd_prefetch = None
         self._cd_cluster = None
+        self._cd_direct = None
+
+    def _cd_training_data(self, version: int, timeout: float) -> Any:
+        """This update's data from the plane, as RLlib's ``TrainingData``."""
+        from ray.rllib.core.learner.training_data import TrainingData
+
+        from conduit.runtime.rllib.delivery import fetch_now, rebuild
+
+        plan = self.conduit_plan
+        if self._cd_stream is not None:
+            return TrainingData(episodes=self._cd_stream.episodes_for(version, timeout))
+        if self._cd_direct is not None:  # Replay: a raw batch, as a ready train batch once verified
+            batch = self._cd_prefetch.get(timeout) if self._cd_prefetch is not None else \
+                self._cd_cluster.next_batch(self._cd_id, timeout=timeout)
+            direct = self._cd_direct
+            if direct.verified:
+                return direct.train_data(batch.columns)
+            episodes = rebuild(batch, plan.layout, self._cd_spaces)
+            if direct.verified is None and not direct.verify(self, batch.columns, episodes):
+                from ray.rllib.core import ALL_MODULES
+
+                self.metrics.log_value((ALL_MODULES, METRICS_KEY, "direct_batch_refused"), direct.reason,
+                                       reduce="item")
+            return TrainingData(episodes=episodes)
+        if self._cd_prefetch is not None:
+            return TrainingData(episodes=self._cd_prefetch.get(timeout))
+        return TrainingData(episodes=fetch_now(self._cd_cluster, self._cd_id, plan.layout, self._cd_spaces,
+                                               update=version if plan.family == ON_POLICY else None,
+                                               timeout=timeout))
 
     def update(self, *args: Any, **kwargs: Any) -> Any:
         from ray.rllib.core import ALL_MODULES
-        from ray.rllib.core.learner.training_data import TrainingData
 
         cluster = getattr(self, "_cd_cluster", None)
         if cluster is None:
@@ -65,26 +103,16 @@ class ConduitLearnerMixin:
         for key in DATA_ARGS:  # the driver's placeholders: the data comes from the plane
             kwargs.pop(key, None)
         plan = self.conduit_plan
-        timeout = plan.options.get("delivery_timeout", 600.0)
-        version = int(self._weights_seq_no)
-        obs_space, act_space = self._cd_spaces
         t0 = time.time()
-        if self._cd_stream is not None:
-            episodes = self._cd_stream.episodes_for(version, timeout)
-        else:
-            batch = cluster.next_batch(self._cd_id, update=version if plan.family == ON_POLICY else None,
-                                       timeout=timeout)
-            if plan.layout == TRAJECTORY:
-                episodes, _ = rebuild_trajectories(batch.columns, batch.selections, batch.annotations,
-                                                   observation_space=obs_space, action_space=act_space)
-            else:
-                episodes = rebuild_transitions(batch.columns, observation_space=obs_space, action_space=act_space)
+        data = self._cd_training_data(int(self._weights_seq_no), plan.options.get("delivery_timeout", 600.0))
         self.metrics.log_value((ALL_MODULES, METRICS_KEY, "delivery_ms"), (time.time() - t0) * 1e3, window=20)
         if self._cd_stream is not None:
             with self._cd_stream.module_lock:  # no value pass of the stream while the weights change
-                result = super().update(training_data=TrainingData(episodes=episodes), **kwargs)
+                result = super().update(training_data=data, **kwargs)
         else:
-            result = super().update(training_data=TrainingData(episodes=episodes), **kwargs)
+            result = super().update(training_data=data, **kwargs)
+        if self._cd_prefetch is not None:
+            self._cd_prefetch.request()  # the next batch is fetched while the learner is idle
         if plan.family != REPLAY:
             cluster.set_policy_version(int(self._weights_seq_no))
         return result

@@ -188,5 +188,6 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     min_size = min(min_size, capacity)  # RLlib starts learning there; the sampler draws with replacement
     contract = Replay(capacity=capacity, replay_ratio=ratio, min_size=min_size,
                       error_buffer=max(1.0, ratio) * max(min_size, batch, sum(frags) * 4))
+    options = {"coalesce_s": 0.1, **options}
     return Plan(name, REPLAY, TRANSITION, contract, batch, None, n_step=n_step, gamma=float(config.gamma),
                 notes=tuple(notes), options=options)
