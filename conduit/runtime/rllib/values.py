@@ -162,6 +162,13 @@ class ValueStream:
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
+        import torch
+
+        # One intra-op thread here. A second thread running torch with the default pool makes the
+        # learner's own small ops (its update, on the main thread) several times slower: OpenMP gives
+        # each calling thread its own team, and the two teams compete for the cores. (The setting is
+        # per calling thread; the main thread keeps its pool.)
+        torch.set_num_threads(1)
         try:
             while not self._stopped:
                 version = int(self.learner._weights_seq_no)
