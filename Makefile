@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.conduit-installed
 TORCH := torch==2.13.0
 
-.PHONY: venv test test-e2e demo lint bench clean
+.PHONY: venv test test-e2e demo lint bench study-convergence clean
 
 venv: $(STAMP)
 
@@ -34,6 +34,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/runtime_throughput.py
 	$(PY) benchmarks/runtime_small_chunks.py
 	$(PY) benchmarks/runtime_cross_process.py
+	$(PY) studies/rllib_experience_path.py --sides stock,conduit
+
+study-convergence: $(STAMP)
+	$(PY) studies/rllib_convergence.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check conduit tests studies benchmarks examples

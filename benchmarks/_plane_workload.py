@@ -48,3 +48,18 @@ def write_json(path: str | Path, args: Any, rows: list[dict[str, Any]]) -> Path:
     path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
     print(f"wrote {path}")
     return path
+
+
+def pick_device(script: str, dry_run_cpu: bool, device: str, torch: Any) -> str | None:
+    """The device a GPU script runs on: ``"cpu"`` for a dry run, else ``device`` when CUDA is there;
+    None (after saying why on stderr) when it is not - the script then exits with status 2."""
+    import sys
+
+    if dry_run_cpu:
+        return "cpu"
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA device (torch.cuda.is_available() is False; torch {torch.__version__}, built with "
+              f"CUDA {torch.version.cuda}). Run it on the GPU machine (PYTHONPATH=. python benchmarks/{script}.py), "
+              "or use --dry-run-cpu to check the logic.", file=sys.stderr)
+        return None
+    return device

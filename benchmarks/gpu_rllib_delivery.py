@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 try:  # the shared helpers import conduit (schema): the repository must be on PYTHONPATH
-    from _plane_workload import make_payloads, write_json
+    from _plane_workload import make_payloads, pick_device, write_json
     from gpu_runtime import _TORCH_ERROR, Budget, Dev, _capacities, _check_batch, _median, torch
 except ImportError as _exc:  # pragma: no cover - a set-up problem, said in one line
     print(f"gpu_rllib_delivery: cannot import the benchmark helpers or conduit ({_exc!r}); run it from the "
@@ -560,18 +560,13 @@ def main() -> int:
         print(f"gpu_rllib_delivery: torch is not importable ({_TORCH_ERROR}); this script needs PyTorch",
               file=sys.stderr)
         return 2
+    device = pick_device("gpu_rllib_delivery", args.dry_run_cpu, args.device, torch)
+    if device is None:
+        return 2
     if args.dry_run_cpu:
-        device = "cpu"
         print("gpu_rllib_delivery: DRY RUN on the CPU (learner device cpu, no pinned memory): same code paths, "
               "the figures are NOT GPU figures")
     else:
-        if not torch.cuda.is_available():
-            print("gpu_rllib_delivery: no CUDA device (torch.cuda.is_available() is False; torch "
-                  f"{torch.__version__}, built with CUDA {torch.version.cuda}). Run it on the GPU machine "
-                  "(PYTHONPATH=. python benchmarks/gpu_rllib_delivery.py), or use --dry-run-cpu to check the logic.",
-                  file=sys.stderr)
-            return 2
-        device = args.device
         torch.cuda.set_device(torch.device(device))
     try:
         import conduit.runtime.plane  # noqa: F401 - needs pyyaml (and networkx) besides numpy/torch

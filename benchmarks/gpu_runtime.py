@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _plane_workload import make_payloads, make_schema
+from _plane_workload import make_payloads, make_schema, pick_device
 
 MiB = 1 << 20
 
@@ -568,17 +568,11 @@ def main() -> int:
     if torch is None:
         print(f"gpu_runtime: torch is not importable ({_TORCH_ERROR}); this script needs PyTorch", file=sys.stderr)
         return 2
+    device = pick_device("gpu_runtime", args.dry_run_cpu, args.device, torch)
+    if device is None:
+        return 2
     if args.dry_run_cpu:
-        device = "cpu"
         print("gpu_runtime: DRY RUN on the CPU: same code paths, figures are not GPU figures")
-    else:
-        if not torch.cuda.is_available():
-            print("gpu_runtime: no CUDA device (torch.cuda.is_available() is False; torch "
-                  f"{torch.__version__}, built with CUDA {torch.version.cuda}). Run it on the GPU machine "
-                  "(PYTHONPATH=. python benchmarks/gpu_runtime.py), or use --dry-run-cpu to check the logic.",
-                  file=sys.stderr)
-            return 2
-        device = args.device
     args.matmul_n = args.matmul_n or (8192 if device != "cpu" else 256)
     args.update_matmul_n = args.update_matmul_n or (4096 if device != "cpu" else 256)
     if device != "cpu":

@@ -13,7 +13,7 @@ tests (``make test-e2e``, tests/test_rllib_e2e.py) run this script for Conduit w
 check the summary.
 
 The budgets are the env steps stock RLlib needs with these settings and seeds on this machine
-(measured with this script), with headroom: PPO 200k steps, DQN 60k steps.
+(measured with this script: PPO 40-56k, DQN about 40k for seeds 0-2), with headroom: PPO 100k, DQN 60k.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def _dqn(seed: int):
     from ray.rllib.algorithms.dqn import DQNConfig
 
     return (DQNConfig().environment("CartPole-v1").debugging(seed=seed)
-            .env_runners(num_env_runners=1, num_cpus_per_env_runner=0.5, num_envs_per_env_runner=4,
-                         rollout_fragment_length=2)
+            .env_runners(num_env_runners=1, num_cpus_per_env_runner=0.5, num_envs_per_env_runner=2,
+                         rollout_fragment_length=4)
             .reporting(min_sample_timesteps_per_iteration=1000)
             .rl_module(model_config={"fcnet_hiddens": [256], "fcnet_activation": "tanh",
                                      "epsilon": [(0, 1.0), (10_000, 0.02)]})
@@ -66,7 +66,7 @@ def _dqn(seed: int):
 
 
 SETTINGS = {
-    "ppo": Setting("ppo", 450.0, 200_000, _ppo),
+    "ppo": Setting("ppo", 450.0, 100_000, _ppo),
     "dqn": Setting("dqn", 400.0, 60_000, _dqn),
 }
 

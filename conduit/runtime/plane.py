@@ -671,10 +671,7 @@ class ExperiencePlane:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._check_open()
-            if isinstance(self.contract, OnPolicy) and update is not None and update != q.next_update:
-                if update < q.next_update:
-                    raise ConduitError(f"learner {learner!r}: update {update} was already delivered")
-                self._skip_to(q, update)
+            self._advance_to(q, update)
             q.model.requested(t_asked)
             self._pump()
             while True:
@@ -741,10 +738,7 @@ class ExperiencePlane:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._check_open()
-            if isinstance(self.contract, OnPolicy) and update is not None and update != q.next_update:
-                if update < q.next_update:
-                    raise ConduitError(f"learner {learner!r}: update {update} was already delivered")
-                self._skip_to(q, update)
+            self._advance_to(q, update)
             q.peeking += 1
             try:
                 self._pump()
@@ -817,6 +811,13 @@ class ExperiencePlane:
                 continue
             return b
         return None
+
+    def _advance_to(self, q: _Learner, update: int | None) -> None:
+        """OnPolicy, under the lock: a learner asking for ``update`` (None: its next one)."""
+        if isinstance(self.contract, OnPolicy) and update is not None and update != q.next_update:
+            if update < q.next_update:
+                raise ConduitError(f"learner {q.model.id!r}: update {update} was already delivered")
+            self._skip_to(q, update)
 
     def _skip_to(self, q: _Learner, update: int) -> None:
         """OnPolicy: the learner jumps ahead; everything of earlier versions is stale."""

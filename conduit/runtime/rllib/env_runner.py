@@ -67,7 +67,10 @@ class ConduitEnvRunnerMixin:
                 n = min(plan.chunk_steps, total - steps)
                 episodes = super().sample(num_timesteps=n, force_reset=force_reset and first, **kw)
                 first = False
-                steps += self._cd_push(episodes, ids)
+                got = self._cd_push(episodes, ids)
+                if got == 0:  # the sampler returned nothing: do not spin
+                    break
+                steps += got
         else:
             episodes = super().sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
                                       force_reset=force_reset, **kw)
