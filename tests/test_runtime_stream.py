@@ -322,3 +322,26 @@ def test_ray_peek_then_rest_of_batch_with_annotations(ray_local):
         audit = cluster.shutdown()
     assert audit["violations"] == 0, audit["examples"]
     assert audit["delivered_samples"] == 32
+
+
+def test_on_policy_next_update_is_not_starved_by_a_later_version_opened_first():
+    """A version-1 chunk reaching the plane before any version-0 chunk opens batch 1 first; batch 0 (the one
+    the learner needs next) must still be assembled and delivered, then batch 1."""
+    from conduit.contracts import OnPolicy
+    from conduit.runtime.plane import ExperiencePlane
+    from conduit.runtime.schema import Schema
+
+    schema = Schema.of({"x": ((2,), np.float32)})
+    with ExperiencePlane(schema, OnPolicy(), batch_steps=4, prefetch_depth=1,
+                         capacities={"pageable": "8 MiB", "nvme": "8 MiB"}) as plane:
+        rows = lambda v: {"x": np.full((4, 2), v, np.float32)}
+        plane.ingest(rows(1), policy_version=1, chunk_id="v1")
+        plane.ingest(rows(0), policy_version=0, chunk_id="v0")
+        b0 = plane.next_batch(update=0, timeout=5)
+        assert b0.update == 0 and np.all(b0.columns["x"] == 0)
+        b0.release()
+        plane.set_policy_version(1)
+        b1 = plane.next_batch(update=1, timeout=5)
+        assert b1.update == 1 and np.all(b1.columns["x"] == 1)
+        b1.release()
+        assert plane.audit().violations == 0

@@ -509,7 +509,7 @@ class ExperiencePlane:
         """Open batches for the learner up to its prefetch depth; ``arriving`` is the version of a
         chunk being ingested right now (so its one copy can go straight into its batch)."""
         limit = max(1, self.prefetch_depth)
-        if len(q.builds) + len(q.ready) >= limit or (self.prefetch_depth == 0 and not q.asking):
+        if self.prefetch_depth == 0 and not q.asking:
             return  # depth 0: nothing is assembled before the learner asks
         if isinstance(self.contract, OnPolicy):
             versions = {c.meta.policy_version for c in q.pending if c.remaining}
@@ -520,7 +520,9 @@ class ExperiencePlane:
             has_rows = arriving is not None or any(c.remaining for c in q.pending)
             keys = [] if not has_rows or any(b.free_rows for b in q.builds.values()) else [q.seq]
         for key in keys:
-            if len(q.builds) + len(q.ready) >= limit:
+            # OnPolicy: the batch the learner needs next is never starved by batches of later
+            # versions that happened to open first (it may go one over the prefetch depth)
+            if len(q.builds) + len(q.ready) >= limit + (isinstance(self.contract, OnPolicy) and key == q.next_update):
                 return
             extent = q.tier.allocate(self.batch_steps)
             if extent is None:
