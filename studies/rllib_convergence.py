@@ -6,14 +6,14 @@ Writes per-iteration curves (CSV), a summary (JSON: env steps to the threshold p
 it was reached within the budget), a plot of the curves (PNG) and a short markdown report.
 
     python studies/rllib_convergence.py [--algos ppo,dqn] [--seeds 0,1,2] [--sides stock,conduit]
-        [--out results/rllib_convergence] [--full]
+        [--out results/rllib_convergence] [--full] [--resume]
 
 ``--full`` keeps training to the budget after the threshold (longer; nicer curves). The end-to-end
 tests (``make test-e2e``, tests/test_rllib_e2e.py) run this script for Conduit with one seed and
 check the summary.
 
 The budgets are the env steps stock RLlib needs with these settings and seeds on this machine
-(measured with this script: PPO 40-56k, DQN about 40k for seeds 0-2), with headroom: PPO 100k, DQN 60k.
+(measured with this script for seeds 0-2: PPO 40-56k), with headroom: PPO 100k, DQN 100k.
 """
 
 from __future__ import annotations
@@ -61,13 +61,14 @@ def _dqn(seed: int):
             .rl_module(model_config={"fcnet_hiddens": [256], "fcnet_activation": "tanh",
                                      "epsilon": [(0, 1.0), (10_000, 0.02)]})
             .training(lr=5e-4, train_batch_size_per_learner=64, n_step=3, double_q=True, dueling=True,
-                      num_steps_sampled_before_learning_starts=1000, target_network_update_freq=500,
+                      training_intensity=32, num_steps_sampled_before_learning_starts=1000,
+                      target_network_update_freq=500,
                       replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 50_000}))
 
 
 SETTINGS = {
     "ppo": Setting("ppo", 450.0, 100_000, _ppo),
-    "dqn": Setting("dqn", 400.0, 60_000, _dqn),
+    "dqn": Setting("dqn", 400.0, 100_000, _dqn),
 }
 
 
@@ -162,6 +163,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sides", default="stock,conduit")
     p.add_argument("--full", action="store_true", help="train to the budget even after the threshold")
     p.add_argument("--out", type=Path, default=Path("results/rllib_convergence"))
+    p.add_argument("--resume", action="store_true",
+                   help="keep the runs already in OUT/summary.json (same algo, side, seed, budget) and run the rest")
     return p.parse_args(argv)
 
 
@@ -186,12 +189,19 @@ def main(argv=None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[dict] = []
+    if args.resume and (args.out / "summary.json").exists():
+        kept = json.loads((args.out / "summary.json").read_text())["runs"]
+        runs = [r for r in kept if r["algo"] in SETTINGS and r["budget"] == SETTINGS[r["algo"]].budget]
+        print(f"resuming: {len(runs)} runs kept from {args.out / 'summary.json'}")
+    done = {(r["algo"], r["side"], r["seed"]) for r in runs}
     t0 = time.time()
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir="/tmp/ray-cconv", log_to_driver=False)
     try:
         for algo in algos:
             for seed in seeds:
                 for side in sides:
+                    if (algo, side, seed) in done:
+                        continue
                     print(f"{algo} [{side}] seed {seed} ...", flush=True)
                     runs.append(run(SETTINGS[algo], side, seed, full=args.full))
                     with open(args.out / "summary.json", "w") as fh:  # after every run: partial results survive
