@@ -157,6 +157,14 @@ def test_sac_replay_from_the_plane(local_ray):
 
 
 # ------------------------------------------------------------------------------------------ two nodes
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_two_node_cluster_places_on_the_learners_node():
     """EnvRunner on the head node, learner on the worker node: the plane runs next to the learner and
     every chunk crosses nodes through the object store."""
@@ -166,9 +174,11 @@ def test_two_node_cluster_places_on_the_learners_node():
     os.makedirs(f"{tmp}/ray", exist_ok=True)  # Cluster writes its address file under $RAY_TMPDIR/ray
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_TMPDIR", tmp)
+    # a port of its own: with the default one, another Ray on this machine may already hold it, and the
+    # driver would connect there instead
     cluster = Cluster(initialize_head=True, connect=True, head_node_args={
         "num_cpus": 1, "resources": {"runner_node": 1}, "include_dashboard": False, "temp_dir": tmp,
-        "object_store_memory": 128 << 20})
+        "object_store_memory": 128 << 20, "gcs_server_port": _free_port()})
     try:
         cluster.add_node(num_cpus=1, resources={"learner_node": 1}, object_store_memory=128 << 20)
         cluster.wait_for_nodes()

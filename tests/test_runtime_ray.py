@@ -276,6 +276,15 @@ class TestSingleNode:
 
 
 # ------------------------------------------------------------------------------------------ two nodes
+def _free_port() -> int:
+    """A port of the cluster's own: with Ray's default, another Ray on this machine may already hold it."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture(scope="class")
 def two_nodes():
     from ray.cluster_utils import Cluster
@@ -286,7 +295,7 @@ def two_nodes():
     mp.setenv("RAY_TMPDIR", TMP)
     cluster = Cluster(initialize_head=True, connect=True,
                       head_node_args={"num_cpus": 1, "object_store_memory": 100 << 20, "temp_dir": TMP,
-                                      "include_dashboard": False})
+                                      "include_dashboard": False, "gcs_server_port": _free_port()})
     try:
         cluster.add_node(num_cpus=1, object_store_memory=100 << 20)
         cluster.wait_for_nodes()
