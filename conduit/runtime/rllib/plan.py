@@ -184,8 +184,11 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     batch = int(config.train_batch_size_per_learner)
     ratio = train_w * batch / max(1, inserted)
     capacity = int(buf.get("capacity", 50_000))
-    min_size = int(config.num_steps_sampled_before_learning_starts or 0)
-    min_size = min(min_size, capacity)  # RLlib starts learning there; the sampler draws with replacement
+    # RLlib starts learning once it has *sampled* this many steps. The plane may have received up to
+    # (n_step - 1) steps per env fewer by then (they wait on the EnvRunner for their n-step window), and a
+    # synchronous DQN loop samples nothing while its learner waits: so the warm-up must not count them.
+    held = (n_step - 1) * max(1, int(config.num_envs_per_env_runner)) * max(1, runners)
+    min_size = min(max(0, int(config.num_steps_sampled_before_learning_starts or 0) - held), capacity)
     contract = Replay(capacity=capacity, replay_ratio=ratio, min_size=min_size,
                       error_buffer=max(1.0, ratio) * max(min_size, batch, sum(frags) * 4))
     options = {"coalesce_s": 0.1, **options}
