@@ -159,34 +159,31 @@ def test_sac_replay_from_the_plane(local_ray):
 
 
 # ------------------------------------------------------------------------------------------ two nodes
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_two_node_cluster_places_on_the_learners_node():
-    """EnvRunner on the head node, learner on the worker node: the plane runs next to the learner and
-    every chunk crosses nodes through the object store."""
-    from ray.cluster_utils import Cluster
-
-    tmp = TMP + "2"
+TWO_NODES = textwrap.dedent("""
+    import json, os, socket, sys
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    tmp = sys.argv[1]
     os.makedirs(f"{tmp}/ray", exist_ok=True)  # Cluster writes its address file under $RAY_TMPDIR/ray
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RAY_TMPDIR", tmp)
-    # a port of its own: with the default one, another Ray on this machine may already hold it, and the
-    # driver would connect there instead
+    os.environ["RAY_TMPDIR"] = tmp
+    import ray
+    from ray.cluster_utils import Cluster
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from conduit.runtime.rllib import enable, shutdown
+
+    with socket.socket() as sock:  # a GCS port of its own: never attach to another Ray on this machine
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     cluster = Cluster(initialize_head=True, connect=True, head_node_args={
         "num_cpus": 1, "resources": {"runner_node": 1}, "include_dashboard": False, "temp_dir": tmp,
-        "object_store_memory": 128 << 20, "gcs_server_port": _free_port()})
+        "object_store_memory": 128 << 20, "gcs_server_port": port})
     try:
         cluster.add_node(num_cpus=1, resources={"learner_node": 1}, object_store_memory=128 << 20)
         cluster.wait_for_nodes()
-        cfg = (_ppo(num_learners=1, num_cpus_per_learner=1, custom_resources_per_learner={"learner_node": 0.1})
+        cfg = (PPOConfig().environment("CartPole-v1").debugging(seed=1)
                .env_runners(num_env_runners=1, num_cpus_per_env_runner=0.5,
-                            custom_resources_per_env_runner={"runner_node": 0.1}))
+                            custom_resources_per_env_runner={"runner_node": 0.1})
+               .learners(num_learners=1, num_cpus_per_learner=1, custom_resources_per_learner={"learner_node": 0.1})
+               .training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=2))
         algo = enable(cfg).build_algo()
         try:
             results = [algo.train(), algo.train()]
@@ -200,13 +197,27 @@ def test_two_node_cluster_places_on_the_learners_node():
     finally:
         ray.shutdown()
         cluster.shutdown()
-        mp.undo()
-    assert learner_node != runner_node
-    metrics = results[-1]["conduit"]["metrics"]
-    assert metrics["node_id"] == learner_node  # one plane, on the learner's node
+    print("RESULT", json.dumps({"learner_node": learner_node, "runner_node": runner_node,
+                                "metrics": results[-1]["conduit"]["metrics"], "final": final}, default=str))
+""")
+
+
+def test_two_node_cluster_places_on_the_learners_node():
+    """EnvRunner on the head node, learner on the worker node: the plane runs next to the learner and
+    every chunk crosses nodes through the object store. (In a fresh interpreter: a driver that already
+    ran and shut down another Ray in this process could not connect its EnvRunners to the new cluster.)"""
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", TWO_NODES, TMP + "2"], check=False, capture_output=True, text=True,
+                          timeout=420, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT "):])
+    assert got["learner_node"] != got["runner_node"]
+    metrics = got["metrics"]
+    assert metrics["node_id"] == got["learner_node"]  # one plane, on the learner's node
     transport = metrics["transport"]
     assert transport["remote_chunks"] == transport["store_chunks"] + transport["inline_chunks"] > 0
-    assert final["violations"] == 0 and final["delivered_samples"] == 800
+    assert got["final"]["violations"] == 0 and got["final"]["delivered_samples"] == 800
 
 
 # ------------------------------------------------------------------------------------------ RLlib untouched

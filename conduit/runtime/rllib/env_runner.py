@@ -46,7 +46,7 @@ class ConduitEnvRunnerMixin:
         self._cd_learner = learner
         self._cd_seq = itertools.count()
         self._cd_steps = 0
-        self._cd_sender = _Sender(self)
+        self._cd_sender: _Sender | None = None  # started by the first sample (the driver's local runner never samples)
 
     def sample(self, *, num_timesteps: int | None = None, num_episodes: int | None = None, explore: bool | None = None,
                random_actions: bool = False, force_reset: bool = False) -> list:
@@ -75,7 +75,8 @@ class ConduitEnvRunnerMixin:
             episodes = super().sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
                                       force_reset=force_reset, **kw)
             steps += self._cd_push(episodes, ids)
-        self._cd_sender.check()
+        if self._cd_sender is not None:
+            self._cd_sender.check()
         if not plan.returns_ticket:
             return []
         from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -90,6 +91,8 @@ class ConduitEnvRunnerMixin:
         steps = sum(len(e) for e in episodes)
         if steps:
             cid = f"r{self.worker_index}-{next(self._cd_seq)}"
+            if self._cd_sender is None:
+                self._cd_sender = _Sender(self)
             self._cd_sender.send(episodes, int(self._weights_seq_no), cid, time.time())
             ids.append(cid)
             self._cd_steps += steps
@@ -97,7 +100,8 @@ class ConduitEnvRunnerMixin:
 
     def conduit_flush(self) -> int:
         """Wait until every chunk this runner sent is in the plane; returns the steps sent so far."""
-        self._cd_sender.flush()
+        if self._cd_sender is not None:
+            self._cd_sender.flush()
         return self._cd_steps
 
 
