@@ -139,7 +139,8 @@ def test_dqn_replay_from_the_plane(local_ray):
     # the EnvRunner sent every step (but the last n_step - 1, which wait for their n-step window); the
     # driver's buffer none
     assert sampled - 2 <= final["ingested_samples"] <= sampled
-    assert final["delivered_samples"] % 16 == 0 and final["delivered_samples"] >= 16 * 100
+    # n_step=3 makes RLlib's "auto" fragment 3 steps: one update of 16 rows per 3 env steps after learning starts
+    assert final["delivered_samples"] % 16 == 0 and final["delivered_samples"] >= 16 * 40
     assert results[-1]["conduit"]["notes"]  # the config asked for a prioritized buffer: reported
 
 

@@ -20,6 +20,7 @@ while the learner already works on the first sub-chunks as the later ones are sa
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -97,6 +98,13 @@ class ConduitEnvRunnerMixin:
             ids.append(cid)
             self._cd_steps += steps
         return steps
+
+    def stop(self) -> None:
+        """``algo.stop()``: what the sender still holds goes to the plane before the runner ends."""
+        if getattr(self, "_cd_sender", None) is not None:
+            with contextlib.suppress(Exception):  # the plane may be gone already; stopping must not fail
+                self._cd_sender.flush()
+        super().stop()
 
     def conduit_flush(self) -> int:
         """Wait until every chunk this runner sent is in the plane; returns the steps sent so far."""
