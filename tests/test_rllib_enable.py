@@ -358,6 +358,10 @@ def test_enable_dqn_plan_and_buffer():
     assert any("Prioritized" in n for n in plan.notes)
     assert cfg.replay_buffer_config["type"] == IMPORT_PATH
     assert cfg.replay_buffer_config["capacity"] == 12_345
+    # replay learners keep two batches fetched ahead unless told otherwise
+    assert plan.options["prefetch_depth"] == 2 and plan.options["coalesce_s"] == 0.1
+    mine = enable(original, prefetch_depth=1, coalesce_s=0.0).learner_class.conduit_plan
+    assert mine.options["prefetch_depth"] == 1 and mine.options["coalesce_s"] == 0.0
 
 
 def test_enabled_replay_buffer_builds_the_way_rllib_builds_it():

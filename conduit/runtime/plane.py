@@ -191,6 +191,7 @@ class ExperiencePlane:
         self._locations: dict[Hashable, str] = {}
         self._table: OrderedDict[Hashable, _Chunk] = OrderedDict()  # Replay: live chunks, oldest first
         self._table_steps = 0
+        self._table_snapshot: tuple[list[_Chunk], np.ndarray] | None = None  # (chunks, their steps) for sampling
         self._inserted = 0
         self._sampled = 0  # steps selected for batches (the sampling side of the limiter)
         self._delivered = 0  # steps handed over, counted with the auditor's delivered() (the inserting side)
@@ -911,6 +912,7 @@ class ExperiencePlane:
     # ---------------------------------------------------------------------------- replay
     def _insert_replay(self, c: _Chunk) -> None:
         self._table[c.meta.id] = c  # counted and given room at admission (ingest)
+        self._table_snapshot = None
         self._cond.notify_all()
 
     def _trim_replay(self, steps: int) -> bool:
@@ -923,6 +925,7 @@ class ExperiencePlane:
             if old.busy:
                 return False
             self._table.pop(cid)
+            self._table_snapshot = None
             self._table_steps -= old.meta.steps
             old.next_row = old.meta.steps
             self._maybe_retire(old)
@@ -945,11 +948,12 @@ class ExperiencePlane:
             while extent is None:
                 self._cond.wait(0.05)
                 extent = q.tier.allocate(n)
-            chunks = list(self._table.values())
-            steps = np.fromiter((c.meta.steps for c in chunks), np.int64, len(chunks))
-            pick = self._rng.choice(len(chunks), size=n, p=steps / steps.sum())
-            order = np.argsort(pick, kind="stable")
-            pick = pick[order]
+            if self._table_snapshot is None:  # rebuilt only when the table changed since the last sample
+                chunks = list(self._table.values())
+                steps = np.fromiter((c.meta.steps for c in chunks), np.float64, len(chunks))
+                self._table_snapshot = (chunks, steps / steps.sum())
+            chunks, p = self._table_snapshot
+            pick = np.sort(self._rng.choice(len(chunks), size=n, p=p), kind="stable")
             groups = np.flatnonzero(np.diff(pick)) + 1
             selections = []
             for part in np.split(pick, groups):
@@ -961,21 +965,25 @@ class ExperiencePlane:
         build = BatchBuild(learner, -1, extent, n)
         build.id = ("batch", learner, next(self._ids))
         dst = extent.columns()
+        by_tier: dict[str, list[tuple[_Chunk, np.ndarray, int]]] = {}  # one timed copy run per source tier
         row = 0
+        for c, idx in selections:
+            by_tier.setdefault(c.extent.tier.id, []).append((c, idx, row))
+            row += len(idx)
+            build.selections.append((c.meta.id, idx))
+            build.created.append(c.meta.t_created)
+            build.versions.append(c.meta.policy_version)
+            if c.annotation is not None:
+                build.annotations[c.meta.id] = c.annotation
+
+        def gather(parts: list[tuple[_Chunk, np.ndarray, int]]) -> int:
+            return sum(copy_rows(c.extent.columns(), idx, dst, start) for c, idx, start in parts) \
+                * self.schema.step_bytes
+
         try:
-            for c, idx in selections:
-                src_tier = c.extent.tier.id
-                start = row
-                self.engine.run_now((src_tier, q.tier.id),
-                                    lambda c=c, idx=idx, start=start: copy_rows(c.extent.columns(), idx, dst, start)
-                                    * self.schema.step_bytes,
-                                    cuda=q.tier.medium.device_side or c.extent.tier.medium.device_side)
-                row += len(idx)
-                build.selections.append((c.meta.id, idx))
-                build.created.append(c.meta.t_created)
-                build.versions.append(c.meta.policy_version)
-                if c.annotation is not None:
-                    build.annotations[c.meta.id] = c.annotation
+            for src_tier, parts in by_tier.items():
+                device_side = q.tier.medium.device_side or parts[0][0].extent.tier.medium.device_side
+                self.engine.run_now((src_tier, q.tier.id), lambda parts=parts: gather(parts), cuda=device_side)
         except BaseException:
             with self._cond:
                 for c, _ in selections:

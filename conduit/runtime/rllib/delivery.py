@@ -1,10 +1,11 @@
 """How a learner gets its next batch from the plane, as the episodes RLlib's learner connector takes.
 
 * :class:`Prefetcher` (DQN, SAC, APPO, IMPALA): a thread keeps the learner's *next* batch fetched and
-  rebuilt while the learner trains on the current one, so ``update()`` finds it ready. Their
-  contracts allow it: a Replay sample drawn one update early is still a uniform sample of inserted,
-  not-yet-evicted steps (the rate limiter counts it when it is drawn), and a BoundedStaleness batch
-  is still within its lag bound (the plane checks it when it hands the batch over).
+  rebuilt while the learner trains on the current one, so ``update()`` finds it ready (DQN/SAC: the
+  next two, by default). Their contracts allow it: a Replay sample drawn an update or two early is
+  still a uniform sample of inserted, not-yet-evicted steps (the rate limiter counts it when it is
+  drawn), and a BoundedStaleness batch is still within its lag bound (the plane checks it when it
+  hands the batch over; APPO/IMPALA prefetch one batch only, so the bound stays the plane's).
 * :class:`~conduit.runtime.rllib.values.ValueStream` (PPO): OnPolicy batch *k* cannot be fetched
   before iteration *k* has sampled it, so instead its chunks are read and evaluated as they land.
 * :func:`fetch_now` (PPO with ``value_pass="batch"``, or ``prefetch_depth=0``): on demand.
@@ -95,22 +96,27 @@ class DirectReplay:
 
 
 class Prefetcher:
-    """Fetches the learner's next batch on request, in a thread (see the module docstring).
+    """Keeps the learner's next ``depth`` batches fetched, in a thread (see the module docstring).
 
     The learner calls :meth:`request` when an update ends: the fetch then runs while the learner is
     idle (the driver syncs weights and samples), not during its gradient steps, where it would only
-    compete with them for the CPU. :meth:`get` returns the fetched batch as episodes.
+    compete with them for the CPU. :meth:`get` returns the oldest fetched batch. With ``depth`` 2 a
+    fetch that takes longer than one idle gap (a plane round trip on a busy machine) is still ready
+    in time, because it had two gaps.
     """
 
-    def __init__(self, fetch: Callable[[float], list], poll_s: float = 1.0):
+    def __init__(self, fetch: Callable[[float], Any], poll_s: float = 1.0, depth: int = 1):
+        if depth < 1:
+            raise ValueError(f"Prefetcher: depth must be at least 1, got {depth}")
         self._fetch, self._poll_s = fetch, poll_s
-        self._ready: queue.Queue = queue.Queue(maxsize=1)
+        self._ready: queue.Queue = queue.Queue(maxsize=depth)
         self._wanted = threading.Semaphore(0)
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="conduit-prefetch", daemon=True)
         self._thread.start()
-        self.request()
+        for _ in range(depth):
+            self.request()
 
     def request(self) -> None:
         """Start fetching one more batch."""
@@ -130,8 +136,8 @@ class Prefetcher:
                     self._error = exc
                     return
 
-    def get(self, timeout: float) -> list:
-        """The next fetched batch, waiting up to ``timeout`` seconds."""
+    def get(self, timeout: float) -> Any:
+        """The oldest fetched batch, waiting up to ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -191,6 +191,7 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     min_size = min(max(0, int(config.num_steps_sampled_before_learning_starts or 0) - held), capacity)
     contract = Replay(capacity=capacity, replay_ratio=ratio, min_size=min_size,
                       error_buffer=max(1.0, ratio) * max(min_size, batch, sum(frags) * 4))
-    options = {"coalesce_s": 0.1, **options}
+    # Two replay batches fetched ahead: a plane round trip can outlast one idle gap of the learner.
+    options = {"coalesce_s": 0.1, "prefetch_depth": 2, **options}
     return Plan(name, REPLAY, TRANSITION, contract, batch, None, n_step=n_step, gamma=float(config.gamma),
                 notes=tuple(notes), options=options)

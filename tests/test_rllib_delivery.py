@@ -1,0 +1,88 @@
+"""The learner-side prefetcher: batches come out once each, in fetch order, at most ``depth`` ahead."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conduit.runtime.plane import DeliveryTimeout
+from conduit.runtime.rllib.delivery import Prefetcher
+
+
+class CountingFetch:
+    """A fetch that hands out 0, 1, 2, ... and records how far ahead of the consumer it got."""
+
+    def __init__(self, timeouts_first: int = 0):
+        self.next = 0
+        self.timeouts_left = timeouts_first
+        self.lock = threading.Lock()
+
+    def __call__(self, poll_s: float) -> int:
+        with self.lock:
+            if self.timeouts_left:
+                self.timeouts_left -= 1
+                raise DeliveryTimeout("nothing yet")
+            n, self.next = self.next, self.next + 1
+            return n
+
+
+def _wait_for(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+@settings(max_examples=25, deadline=None)
+@given(depth=st.integers(1, 4), gets=st.integers(1, 12))
+def test_prefetcher_keeps_depth_batches_ahead_in_order(depth, gets):
+    fetch = CountingFetch()
+    pre = Prefetcher(fetch, poll_s=0.01, depth=depth)
+    try:
+        _wait_for(lambda: fetch.next == depth)  # the first `depth` batches are fetched before any is asked for
+        time.sleep(0.02)
+        assert fetch.next == depth  # and no more
+        got = []
+        for _ in range(gets):
+            got.append(pre.get(timeout=5))
+            pre.request()  # the learner asks for one more when its update ends
+        assert got == list(range(gets))  # each once, in order
+        _wait_for(lambda: fetch.next == gets + depth)
+        time.sleep(0.02)
+        assert fetch.next == gets + depth
+    finally:
+        pre.stop()
+
+
+def test_prefetcher_retries_delivery_timeouts_and_reports_other_errors():
+    fetch = CountingFetch(timeouts_first=3)  # warm-up: the plane has nothing to sample yet
+    pre = Prefetcher(fetch, poll_s=0.01, depth=2)
+    try:
+        assert pre.get(timeout=5) == 0
+    finally:
+        pre.stop()
+
+    def broken(poll_s: float) -> int:
+        raise ValueError("plane refused the batch")
+
+    pre = Prefetcher(broken, poll_s=0.01)
+    try:
+        with pytest.raises(ValueError, match="plane refused"):
+            pre.get(timeout=5)
+    finally:
+        pre.stop()
+
+
+def test_prefetcher_times_out_with_a_delivery_timeout_and_refuses_depth_zero():
+    pre = Prefetcher(CountingFetch(timeouts_first=10**9), poll_s=0.01)
+    try:
+        with pytest.raises(DeliveryTimeout, match="within 0.1 s"):
+            pre.get(timeout=0.1)
+    finally:
+        pre.stop()
+    with pytest.raises(ValueError, match="depth"):
+        Prefetcher(CountingFetch(), depth=0)
