@@ -86,3 +86,29 @@ def test_prefetcher_times_out_with_a_delivery_timeout_and_refuses_depth_zero():
         pre.stop()
     with pytest.raises(ValueError, match="depth"):
         Prefetcher(CountingFetch(), depth=0)
+
+
+def test_value_stream_narrows_the_torch_pool_only_around_its_passes():
+    """The stream's thread runs its passes on one intra-op thread; the learner keeps its pool (the
+    setting is process-wide, so a permanent ``set_num_threads(1)`` there would slow every update)."""
+    import torch
+
+    from conduit.runtime.rllib.values import _one_intra_op_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        inside: list[int] = []
+
+        def stream_pass() -> None:
+            with _one_intra_op_thread():
+                inside.append(torch.get_num_threads())
+                torch.ones(64, 64) @ torch.ones(64, 64)
+
+        t = threading.Thread(target=stream_pass)
+        t.start()
+        t.join()
+        assert inside == [1]
+        assert torch.get_num_threads() == 2  # the learner's thread has its pool back
+    finally:
+        torch.set_num_threads(before)
