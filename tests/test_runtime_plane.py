@@ -140,7 +140,7 @@ def test_multiple_learners_share_chunks_round_robin():
     with ExperiencePlane(schema, OnPolicy(), batch_steps=20, learners=["a", "b"], capacities=SMALL) as plane:
         for i in range(8):
             payload = make_chunk(schema, 5, i)
-            sources[plane.ingest(payload, policy_version=0)] = payload
+            sources[plane.ingest(payload, policy_version=0, timeout=5)] = payload
         got = []
         for lid in ("a", "b"):
             with plane.next_batch(lid, timeout=5) as b:
@@ -235,6 +235,35 @@ def test_replay_samples_only_live_samples_within_the_rate_band(data):
             assert_accounting(plane)
         report = plane.audit()
         assert report.violations == 0, report.examples
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(1, 40), min_size=2, max_size=30), seed=st.integers(0, 2**16))
+def test_replay_samples_every_live_step_uniformly(sizes, seed):
+    """Chunk sizes vary, yet every step in the table is drawn with the same probability (chi-square)."""
+    from scipy.stats import chisquare
+
+    schema = Schema.of({"obs": ((2,), "float32")})
+    total = sum(sizes)
+    contract = Replay(capacity=total, replay_ratio=1.0, min_size=1, error_buffer=1e12)  # no rate limiting
+    counts: dict[tuple, int] = {}
+    with ExperiencePlane(schema, contract, batch_steps=16, capacities=SMALL, seed=seed) as plane:
+        sources = {}
+        for i, n in enumerate(sizes):
+            payload = make_chunk(schema, n, i)
+            sources[plane.ingest(payload, policy_version=0, timeout=5)] = payload
+        draws = max(2000, 20 * total)
+        for _ in range(draws // 16):
+            b = plane.next_batch(timeout=1)
+            check_rows(b, sources)
+            for cid, idx in b.selections:
+                for r in np.asarray(idx):
+                    counts[(cid, int(r))] = counts.get((cid, int(r)), 0) + 1
+            b.release()
+        assert plane.audit().violations == 0
+    observed = [counts.get((cid, r), 0) for cid, payload in sources.items() for r in range(len(payload["obs"]))]
+    assert sum(observed) == (draws // 16) * 16  # no draw outside the table
+    assert chisquare(observed).pvalue > 1e-6
 
 
 # ------------------------------------------------------------------------------------------ Spill
@@ -353,7 +382,7 @@ def test_cuda_learner_gets_device_batches_through_the_pinned_ring():
                          verify_checksums=True) as plane:
         for i in range(4):
             payload = make_chunk(schema, 8, i)
-            sources[plane.ingest(payload, policy_version=0)] = payload
+            sources[plane.ingest(payload, policy_version=0, timeout=5)] = payload
         with plane.next_batch(timeout=10) as b:
             assert b.columns["obs"].is_cuda
             host = {k: v.cpu().numpy() for k, v in b.columns.items()}

@@ -87,6 +87,14 @@ class _Chunk:
     busy: int = 0  # copies in flight reading its extent
     builds: int = 0  # batches holding some of its rows, not yet released
     annotation: Any = None  # the producer's small object travelling with the chunk (never in a tier)
+    _views: tuple[Extent, dict[str, Any]] | None = None  # column views of ``extent``, made on first use
+
+    def columns(self) -> dict[str, Any]:
+        """Column views of the chunk's extent (cached until the chunk moves to another extent)."""
+        cached = self._views
+        if cached is None or cached[0] is not self.extent:
+            cached = self._views = (self.extent, self.extent.columns())
+        return cached[1]
 
     @property
     def tier(self) -> str | None:
@@ -191,7 +199,8 @@ class ExperiencePlane:
         self._locations: dict[Hashable, str] = {}
         self._table: OrderedDict[Hashable, _Chunk] = OrderedDict()  # Replay: live chunks, oldest first
         self._table_steps = 0
-        self._table_snapshot: tuple[list[_Chunk], np.ndarray] | None = None  # (chunks, their steps) for sampling
+        # Replay sampling state, rebuilt only when the table changes: (chunks, steps, cumulative steps)
+        self._table_snapshot: tuple[list[_Chunk], np.ndarray, np.ndarray] | None = None
         self._inserted = 0
         self._sampled = 0  # steps selected for batches (the sampling side of the limiter)
         self._delivered = 0  # steps handed over, counted with the auditor's delivered() (the inserting side)
@@ -950,17 +959,19 @@ class ExperiencePlane:
                 extent = q.tier.allocate(n)
             if self._table_snapshot is None:  # rebuilt only when the table changed since the last sample
                 chunks = list(self._table.values())
-                steps = np.fromiter((c.meta.steps for c in chunks), np.float64, len(chunks))
-                self._table_snapshot = (chunks, steps / steps.sum())
-            chunks, p = self._table_snapshot
-            pick = np.sort(self._rng.choice(len(chunks), size=n, p=p), kind="stable")
-            groups = np.flatnonzero(np.diff(pick)) + 1
+                steps = np.fromiter((c.meta.steps for c in chunks), np.int64, len(chunks))
+                self._table_snapshot = (chunks, steps, np.cumsum(steps))
+            chunks, steps, ends = self._table_snapshot
+            # n steps uniformly over every step in the table, with replacement: a position in the
+            # concatenated table names a chunk (the first whose cumulative end lies past it) and a row
+            flat = np.sort(self._rng.integers(0, int(ends[-1]), size=n))
+            owner = np.searchsorted(ends, flat, side="right")
+            rows = (flat - (ends[owner] - steps[owner])).astype(np.intp)
             selections = []
-            for part in np.split(pick, groups):
-                c = chunks[int(part[0])]
+            for part in np.split(np.arange(n), np.flatnonzero(np.diff(owner)) + 1):
+                c = chunks[int(owner[part[0]])]
                 c.busy += 1
-                idx = self._rng.integers(0, c.meta.steps, size=len(part)).astype(np.intp)
-                selections.append((c, idx))
+                selections.append((c, rows[part]))
             self._sampled += n
         build = BatchBuild(learner, -1, extent, n)
         build.id = ("batch", learner, next(self._ids))
@@ -977,7 +988,7 @@ class ExperiencePlane:
                 build.annotations[c.meta.id] = c.annotation
 
         def gather(parts: list[tuple[_Chunk, np.ndarray, int]]) -> int:
-            return sum(copy_rows(c.extent.columns(), idx, dst, start) for c, idx, start in parts) \
+            return sum(copy_rows(c.columns(), idx, dst, start) for c, idx, start in parts) \
                 * self.schema.step_bytes
 
         try:
