@@ -30,6 +30,11 @@ Workloads (``--workloads`` picks by name; otherwise every default workload match
 - ``dqn-largeobs-1r`` (not run unless named in ``--workloads``): DQN with the CNN, replay capacity
   10,000.
 
+Isolation: every (workload, side) runs in a fresh interpreter with its own Ray instance
+(``--in-process`` runs them all in this one). Measured here: in one shared driver process the side
+that runs second was up to 30% slower on DQN (whichever side it was: the driver is DQN's learner and
+carries the first run's heap), so a ratio from one process mostly measured the order.
+
 Resources: Ray gets ``num_cpus=2``; EnvRunners get fractional CPUs (``(2 - learners) / runners``) so
 that 2 EnvRunners and 1 remote learner fit (the actual cores are shared anyway). Timings on a
 shared 2-core machine are noisy: compare medians, and rerun before trusting a difference.
@@ -406,6 +411,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("results/rllib_experience_path"))
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.add_argument("--ray-logs", action="store_true", help="forward Ray worker logs to this terminal")
+    p.add_argument("--quiet-summary", action="store_true", help=argparse.SUPPRESS)  # a child of run_isolated
+    p.add_argument("--in-process", action="store_true",
+                   help="run every workload and side in this interpreter and one Ray instance (default: a fresh "
+                        "interpreter per workload and side, so no run inherits another's driver state)")
     return p.parse_args(argv)
 
 
@@ -420,6 +429,24 @@ def select(args) -> list[Workload]:
     algos = {a.strip() for a in args.algos.split(",") if a.strip()}
     envs = {e.strip() for e in args.envs.split(",") if e.strip()}
     return [w for w in WORKLOADS if w.default and w.algo in algos and w.env in envs]
+
+
+def run_isolated(w: Workload, side: str, args) -> list[dict]:
+    """``run_workload`` in a fresh interpreter (its own driver and Ray instance); its rows."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="cstudy-") as tmp:
+        cmd = [sys.executable, os.path.abspath(__file__), "--workloads", w.name, "--sides", side,
+               "--iters", str(args.iters), "--warmup", str(args.warmup), "--appo-iter-s", str(args.appo_iter_s),
+               "--dqn-steps", str(args.dqn_steps), "--workload-timeout", str(args.workload_timeout),
+               "--out", tmp, "--quiet-summary"] + (["--ray-logs"] if args.ray_logs else [])
+        rc = subprocess.run(cmd, check=False).returncode
+        path = Path(tmp) / "per_iteration.json"
+        if rc != 0 or not path.exists():
+            print(f"  {w.name} [{side}]: the run failed (exit {rc}); no rows", flush=True)
+            return []
+        return json.loads(path.read_text())["iterations"]
 
 
 def main(argv=None) -> int:
@@ -443,17 +470,24 @@ def main(argv=None) -> int:
 
     t_start = time.time()
     rows: list[dict] = []
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir="/tmp/ray-cstudy", log_to_driver=args.ray_logs)
-    try:
+    if args.in_process or len(workloads) * len(sides) == 1:
+        ray.init(num_cpus=2, include_dashboard=False, _temp_dir="/tmp/ray-cstudy", log_to_driver=args.ray_logs)
+        try:
+            for w in workloads:
+                for s in sides:
+                    print(f"{w.name} [{s}] ...", flush=True)
+                    rows.extend(run_workload(w, s, args))
+        finally:
+            ray.shutdown()
+    else:
         for w in workloads:
             for s in sides:
-                print(f"{w.name} [{s}] ...", flush=True)
-                rows.extend(run_workload(w, s, args))
-    finally:
-        ray.shutdown()
+                rows.extend(run_isolated(w, s, args))
     wall = time.time() - t_start
     meds = medians(rows)
     write_outputs(rows, meds, args.out, args, wall)
+    if args.quiet_summary:
+        return 0
     print()
     print(f"Medians over iterations after {args.warmup} warm-up (ms per training iteration; see --help):")
     print(format_table(meds))

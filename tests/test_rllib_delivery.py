@@ -112,3 +112,26 @@ def test_value_stream_narrows_the_torch_pool_only_around_its_passes():
         assert torch.get_num_threads() == 2  # the learner's thread has its pool back
     finally:
         torch.set_num_threads(before)
+
+
+@given(versions=st.lists(st.integers(0, 5), min_size=1, max_size=16))
+@settings(max_examples=50, deadline=None)
+def test_sender_coalesces_replay_calls_across_weight_syncs_but_not_trajectories(versions):
+    """DQN syncs weights after every update: replay chunks gather calls of several versions (labelled
+    with the oldest); trajectory chunks keep one version each (their contracts judge by version)."""
+    from types import SimpleNamespace
+
+    from conduit.runtime.rllib.env_runner import _Sender
+    from conduit.runtime.rllib.layout import TRAJECTORY, TRANSITION
+
+    items = [([f"ep{i}"], v, f"c{i}", float(i)) for i, v in enumerate(versions)]
+    sender = _Sender.__new__(_Sender)
+    sender.runner = SimpleNamespace(conduit_plan=SimpleNamespace(layout=TRANSITION))
+    (group,) = sender._groups(items)
+    assert [e for item in group for e in item[0]] == [f"ep{i}" for i in range(len(versions))]  # every call, in order
+    assert group[0][1] == min(versions) and group[0][2] == "c0" and group[0][3] == 0.0
+
+    sender.runner = SimpleNamespace(conduit_plan=SimpleNamespace(layout=TRAJECTORY))
+    groups = sender._groups(items)
+    assert [item for g in groups for item in g] == items
+    assert all(len({item[1] for item in g}) == 1 for g in groups)

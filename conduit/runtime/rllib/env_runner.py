@@ -151,7 +151,7 @@ class _Sender:
             items = self._gather(window)
             try:
                 if self.error is None:
-                    for group in _same_version_runs(items):
+                    for group in self._groups(items):
                         # one chunk: the group's episode pieces, its first id, its oldest sample's time
                         self._send([e for i in group for e in i[0]], group[0][1], group[0][2], group[0][3])
             except BaseException as exc:  # noqa: BLE001 - raised by the runner's next sample()
@@ -159,6 +159,17 @@ class _Sender:
             finally:
                 for _ in items:
                     self.queue.task_done()
+
+    def _groups(self, items: list[tuple]) -> list[list[tuple]]:
+        """The chunks to send. Trajectories (PPO, APPO, IMPALA): one per run of sample calls with the
+        same weights version, since their contracts judge a chunk by its version. Transitions (DQN,
+        SAC): one for all of them, labelled with the oldest version among them. Replay bounds no
+        staleness, and DQN syncs weights after every update, so per-version chunks would mean one plane
+        call per env step; the oldest version is the conservative label."""
+        if self.runner.conduit_plan.layout == TRAJECTORY:
+            return _same_version_runs(items)
+        oldest = min(item[1] for item in items)
+        return [[(items[0][0], oldest, items[0][2], items[0][3]), *items[1:]]]
 
     def _gather(self, window: float) -> list[tuple]:
         """The next sample call's data, plus (Replay) whatever else arrives within ``window`` seconds: a
