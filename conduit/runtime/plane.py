@@ -967,11 +967,12 @@ class ExperiencePlane:
             flat = np.sort(self._rng.integers(0, int(ends[-1]), size=n))
             owner = np.searchsorted(ends, flat, side="right")
             rows = (flat - (ends[owner] - steps[owner])).astype(np.intp)
+            bounds = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist(), n]  # runs of draws from one chunk
             selections = []
-            for part in np.split(np.arange(n), np.flatnonzero(np.diff(owner)) + 1):
-                c = chunks[int(owner[part[0]])]
+            for lo, hi in itertools.pairwise(bounds):
+                c = chunks[int(owner[lo])]
                 c.busy += 1
-                selections.append((c, rows[part]))
+                selections.append((c, rows[lo:hi]))
             self._sampled += n
         build = BatchBuild(learner, -1, extent, n)
         build.id = ("batch", learner, next(self._ids))

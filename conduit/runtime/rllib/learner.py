@@ -49,10 +49,9 @@ class ConduitLearnerMixin:
 
                 if install_streamed_gae(self):
                     self._cd_stream = ValueStream(self, cluster, learner)
-        elif plan.options.get("prefetch_depth", 1) > 0:
+        elif (depth := int(plan.options.get("prefetch_depth", 1))) > 0:
             if plan.family == REPLAY:  # the raw batch: DirectReplay decides how it reaches the update
-                self._cd_prefetch = Prefetcher(lambda t: cluster.next_batch(learner, timeout=t),
-                                               depth=int(plan.options.get("prefetch_depth", 1)))
+                self._cd_prefetch = Prefetcher(lambda t: cluster.next_batch(learner, timeout=t), depth=depth)
             else:
                 self._cd_prefetch = Prefetcher(
                     lambda t: fetch_now(cluster, learner, plan.layout, spaces, update=None, timeout=t))
