@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/flow_solver.py
 	$(PY) benchmarks/sim_ppo_x128.py
 	$(PY) benchmarks/audit_throughput.py
+	$(PY) benchmarks/audit_memory.py
 	$(PY) benchmarks/runtime_throughput.py
 	$(PY) benchmarks/runtime_small_chunks.py
 	$(PY) benchmarks/runtime_cross_process.py

@@ -47,15 +47,49 @@ recorded or streamed events.
   live steps than the contract's ``capacity``.
 * ``bytes_changed`` (chunk deliveries) — a checksum supplied with a delivery differs from the one
   the chunk was ingested with (only when both are known).
-* ``unknown_sample`` (samples) — delivery of a chunk never ingested, or of an index outside it.
+* ``unknown_sample`` (samples) — delivery of a chunk never ingested (or retired beyond the
+  window, see below), or of an index outside it.
 
 Each delivered sample is checked against every rule, so one bad delivery may count under two
 kinds when both are true (an OnPolicy sample delivered to a second, later update is ``duplicated``
 and ``stale``).
+
+**Memory: retired chunks are folded into the totals.** A chunk *retires* when it leaves the plane
+(``evicted`` without a tier), which also settles its books (its lost samples are counted then, for
+the contracts that count them). From then on nothing it could still do changes a count except late
+events naming it, so the auditor drops its per-chunk state — the chunk record, its residency map
+and its OnPolicy version-list entry — and keeps only the ``RETIRED_WINDOW`` (65,536) most recently
+retired chunks' metadata (version, steps, bytes per step, checksum) to classify late events. The
+auditor's memory is then O(chunks resident + window), not O(chunks ever ingested), on an unbounded
+stream. Exactly:
+
+* Within the window a retired chunk is remembered as before: a delivery of its samples counts
+  ``evicted_then_sampled`` (and ``stale``, ``unknown_sample`` for out-of-range indices, checksum
+  verification, delivered and Replay-sampled counts), a re-ingestion of its id is ``duplicated``, a
+  drop of it is ignored. The report equals the unbounded auditor's (``retire = False``) on every
+  stream in which no event names a chunk retired more than ``RETIRED_WINDOW`` retirements ago, and
+  every count that does not depend on such an event (occupancy, peaks, Replay's live steps and rate
+  band, drops, lost samples) is computed by the same code on the same state.
+* Beyond the window the id is unknown, as if never ingested. A selection delivering it counts
+  ``max(1, n)`` ``unknown_sample`` samples, ``n`` being the number of indices it spells (an
+  open-ended slice, whose size needs the chunk's steps, counts 1), with the message "never
+  ingested, or retired more than N chunks ago" (the same text whether or not the auditor folds, so
+  that reports compare); it is not counted in ``delivered_samples`` / ``delivered_bytes`` nor,
+  under Replay, as sampled steps; ``stale`` is not checked (its version is forgotten) nor its
+  checksum. For a selection of in-range indices spelling its size, to an update its version is
+  admitted to, with no checksum, the violation total is what the unbounded auditor counts (``n``
+  ``evicted_then_sampled`` become ``n`` ``unknown_sample``); under Replay the sampled count, and
+  hence the rate band, may differ. A re-ingestion of the id is accepted as a new chunk (counted as
+  ingested and audited from then on) instead of ``duplicated``. A drop naming it is counted under
+  its reason as for any unknown id (the number of indices it names; 0, but listed, when it names
+  none) where a remembered one is ignored. Placements, moves and tier evictions are per id and
+  unaffected: a tier still holding bytes of a retired id keeps that residency entry until the id
+  is evicted.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -293,10 +327,26 @@ class Auditor:
     dropped and evicted whole costs O(1) whatever its size. ``lazy = False`` (in a subclass)
     allocates the per-sample arrays at ingestion instead, with the same results; the tests check
     the lazy path against it and the throughput benchmark times it as the baseline.
+
+    Retired chunks are folded into the totals (see the module doc): once a chunk has left the plane
+    and its books are settled, its per-chunk state is dropped, except the metadata of the last
+    ``RETIRED_WINDOW`` retired chunks, kept to classify late events exactly as before (delivery:
+    ``evicted_then_sampled``; re-ingestion: ``duplicated``). An event naming a chunk retired longer
+    ago sees an unknown id: a delivery counts ``unknown_sample``, a re-ingestion starts a new
+    chunk. Memory is O(chunks not yet retired + ``RETIRED_WINDOW``). ``retire = False`` (in a
+    subclass) keeps every chunk's state forever, the behaviour before folding: the tests check the
+    folding auditor against it and ``benchmarks/audit_memory.py`` measures both.
     """
 
     lazy: bool = True
     """Keep a chunk's per-sample facts as scalars until its samples differ (see above)."""
+
+    retire: bool = True
+    """Drop the per-chunk state of chunks that left the plane (see above)."""
+
+    RETIRED_WINDOW: int = 65536
+    """How many of the most recently retired chunks stay known (and named in the message of an
+    ``unknown_sample`` violation)."""
 
     def __init__(
         self,
@@ -309,6 +359,10 @@ class Auditor:
             raise ConduitError(f"auditor: unknown contract {contract!r}")
         self.contract = contract
         self.tier_capacities: dict[str, int] = dict(tier_capacities or {})
+        if not isinstance(self.RETIRED_WINDOW, int) or self.RETIRED_WINDOW < 0:
+            raise ConduitError(
+                f"auditor: RETIRED_WINDOW must be an int >= 0, got {self.RETIRED_WINDOW!r}"
+            )
         self._admits = contract.admits
         self._max_uses = contract.max_uses
         self._tracked = contract.max_uses is not None
@@ -320,10 +374,12 @@ class Auditor:
         self._replay = contract if isinstance(contract, Replay) else None
 
         self._chunks: dict[Hashable, _ChunkState] = {}
-        self._by_version: dict[int, list[_ChunkState]] = {}
+        # OnPolicy: not-yet-consumed versions -> their chunks, by id (retired ones are removed)
+        self._by_version: dict[int, dict[Hashable, _ChunkState]] = {}
         self._residency: dict[Hashable, dict[str, int]] = {}
         self._occupancy: dict[str, int] = {}
         self._peak: dict[str, int] = {}
+        self._retired: deque[Hashable] = deque()  # ids still in _chunks after retiring, oldest first
 
         self._counts = dict.fromkeys(ViolationKind, 0)
         self._examples: dict[ViolationKind, list[str]] = {k: [] for k in ViolationKind}
@@ -413,7 +469,7 @@ class Auditor:
         self._ingested_samples += state.steps
         self._ingested_bytes += chunk.nbytes
         if self._on_policy:
-            self._by_version.setdefault(state.version, []).append(state)
+            self._by_version.setdefault(state.version, {})[cid] = state
         if self._replay is not None:
             self._inserted += state.steps
             self._live_steps += state.steps
@@ -527,12 +583,14 @@ class Auditor:
             n = max(1, selection_size(indices))
         except ConduitError:
             n = 1
-        self._violate(
-            ViolationKind.UNKNOWN_SAMPLE,
-            n,
-            f"chunk {cid!r} was never ingested but {n} of its samples were delivered to "
-            f"update {update} at t={t:g}",
-        )
+        message = None
+        if self._wants_example(ViolationKind.UNKNOWN_SAMPLE):
+            message = (
+                f"chunk {cid!r} was never ingested, or retired more than "
+                f"{self.RETIRED_WINDOW} chunks ago, but {n} of its samples were delivered to "
+                f"update {update} at t={t:g}"
+            )
+        self._violate(ViolationKind.UNKNOWN_SAMPLE, n, message)
 
     def _deliver_gone(
         self, st: _ChunkState, idx: slice | np.ndarray, n: int, update: int, t: float
@@ -701,24 +759,30 @@ class Auditor:
         if self._max_consumed is None or update > self._max_consumed:
             self._max_consumed = update
         if self._on_policy:
-            for st in self._by_version.pop(update, ()):
+            why = f"update {update} was consumed at t={t:g}"
+            for st in self._by_version.pop(update, {}).values():
                 if not st.settled and not st.removed:
-                    self._settle(st, f"update {update} was consumed at t={t:g}")
+                    self._settle(st, why)
 
     def evicted(self, chunk_id: Hashable, t: float, tier: str | None = None) -> None:
         """The chunk's bytes left ``tier``; with no tier, the chunk left the plane entirely."""
         self._check_open()
         self._t = t
-        tiers = self._residency.get(chunk_id)
         if tier is not None:
+            tiers = self._residency.get(chunk_id)
             if tiers is not None and tier in tiers:
                 self._occupancy[tier] -= tiers.pop(tier)
             return
-        if tiers:
-            for name, held in tiers.items():
-                self._occupancy[name] -= held
-            tiers.clear()
         st = self._chunks.get(chunk_id)
+        # a known chunk's residency map goes when it retires (or, retired, is evicted again)
+        gone = st is not None and self.retire
+        tiers = self._residency.pop(chunk_id, None) if gone else self._residency.get(chunk_id)
+        if tiers:
+            occupancy = self._occupancy
+            for name, held in tiers.items():
+                occupancy[name] -= held
+            if not gone:
+                tiers.clear()
         if st is None or st.removed:
             return
         if self._tracked and not st.settled:
@@ -726,6 +790,27 @@ class Auditor:
         self._live_steps -= st.steps - st.n_dropped
         st.removed = True
         st.uses = st.last_update = st.dropped = None  # free the per-sample counters
+        if self.retire:
+            self._retire(chunk_id, st)
+
+    def _retire(self, cid: Hashable, st: _ChunkState) -> None:
+        """Fold a chunk that left the plane, books settled (its residency map is gone already):
+        drop its version entry now, its record once ``RETIRED_WINDOW`` later chunks retired."""
+        if self._on_policy:
+            same = self._by_version.get(st.version)
+            if same is not None and same.get(cid) is st:
+                del same[cid]
+                if not same:
+                    del self._by_version[st.version]
+        retired = self._retired
+        retired.append(cid)
+        if len(retired) > self.RETIRED_WINDOW:
+            old = retired.popleft()
+            # each id is in the window at most once: a new chunk may take an id only after this
+            del self._chunks[old]
+            tiers = self._residency.get(old)
+            if tiers is not None and not tiers:
+                del self._residency[old]
 
     def dropped(
         self, chunk_id: Hashable, t: float, reason: str, indices: Any = None

@@ -1169,3 +1169,334 @@ def test_huge_chunks_delivered_whole_cost_no_per_sample_memory_or_time():
     assert report.dropped_samples == {"producer-died": updates * steps}
     assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB"
     assert elapsed < 2.0, f"{report.delivered_samples / elapsed:,.0f} samples/s"
+
+
+# =============================================================================================
+# retired chunks folded into totals: flat memory, the same report while late events stay
+# within the window
+# =============================================================================================
+
+
+class UnboundedAuditor(Auditor):
+    """The reference for folding: every chunk's state kept forever (the auditor before folding)."""
+
+    retire = False
+
+
+def window_pair(contract, caps, window):
+    """A folding auditor keeping ``window`` retired chunks, and the unbounded reference with the
+    same ``RETIRED_WINDOW`` (it appears in ``unknown_sample`` messages)."""
+    folded = type("Folded", (Auditor,), {"RETIRED_WINDOW": window})
+    unbounded = type("Unbounded", (UnboundedAuditor,), {"RETIRED_WINDOW": window})
+    return folded(contract, caps), unbounded(contract, caps)
+
+
+def _named(ev: PlaneEvent) -> list:
+    if ev.kind is E.INGESTED:
+        return [ev.chunk.id]
+    if ev.kind is E.DELIVERED:
+        return [cid for cid, _ in ev.selections] + list(ev.checksums or ())
+    return [ev.chunk_id]
+
+
+def refers_beyond_window(events, window: int) -> bool:
+    """Whether an event names a chunk retired more than ``window`` retirements before it: the
+    folding auditor's rule (a known chunk retires when evicted without a tier) replayed on ids."""
+    from collections import deque
+
+    live: set = set()
+    retired: deque = deque()
+    forgotten: set = set()
+    for ev in events:
+        if ev is None:
+            continue
+        if any(cid in forgotten for cid in _named(ev)):
+            return True
+        if ev.kind is E.INGESTED and ev.chunk.id not in retired:
+            live.add(ev.chunk.id)
+        elif ev.kind is E.EVICTED and ev.tier is None and ev.chunk_id in live:
+            live.remove(ev.chunk_id)
+            retired.append(ev.chunk_id)
+            while len(retired) > window:
+                forgotten.add(retired.popleft())
+    return False
+
+
+@st.composite
+def retiring_streams(draw, safe=False):
+    """Chunks that live a whole life (ingested, placed, moved, delivered, dropped, consumed,
+    evicted from a tier, then out of the plane: retired), and late events naming retired chunks:
+    deliveries, drops, placements, evictions and re-ingestions. ``None`` marks a point where the
+    live reports are compared.
+
+    ``safe`` streams keep late events to those a forgotten id counts alike (see the module doc of
+    :mod:`conduit.audit`): late deliveries name in-range indices that spell their size, go to the
+    update of the chunk's version (admitted under every contract) and carry no checksum; late drops
+    name no indices; no re-ingestion; Replay's rate band is too wide to leave.
+    """
+    which = draw(st.sampled_from(["on_policy", "bounded_staleness", "replay"]))
+    if which == "on_policy":
+        contract = OnPolicy()
+    elif which == "bounded_staleness":
+        contract = BoundedStaleness(max_lag=draw(st.integers(0, 2)),
+                                    max_reuse=draw(st.integers(1, 3)))
+    elif safe:
+        contract = Replay(capacity=draw(st.integers(1, 60)), replay_ratio=1.0, min_size=0,
+                          error_buffer=1e9)
+    else:
+        min_size = draw(st.integers(0, 10))
+        contract = Replay(capacity=draw(st.integers(max(min_size, 1), 60)),
+                          replay_ratio=draw(st.sampled_from([0.5, 1.0, 2.0])), min_size=min_size,
+                          error_buffer=draw(st.sampled_from([None, 8.0])))
+    caps = {"hbm": draw(st.integers(50, 400)), "host": 400}
+    live: list[Chunk] = []
+    retired: list[Chunk] = []
+    events: list[PlaneEvent | None] = []
+    t = 0.0
+    ops = ["ingest", "ingest", "place", "move", "deliver", "deliver", "drop", "consume",
+           "evict_tier", "retire", "retire", "retire", "late", "late", "report"]
+    if not safe:
+        ops.append("reingest")
+    for _ in range(draw(st.integers(1, 80))):
+        op = draw(st.sampled_from(ops))
+        t += 0.25
+        if op in ("late", "reingest") and not retired or op not in ("consume", "report") and not live:
+            op = "ingest"
+        if op == "ingest":
+            c = mk(len(live) + len(retired), steps=draw(st.sampled_from([1, 2, 3, 5, 8])),
+                   version=draw(st.integers(0, 3)), checksum=draw(st.sampled_from([None, 7])))
+            live.append(c)
+            events.append(PlaneEvent(E.INGESTED, t, chunk=c))
+        elif op == "report":
+            events.append(None)
+        elif op == "place":
+            c = draw(st.sampled_from(live))
+            events.append(PlaneEvent(E.PLACED, t, chunk_id=c.id,
+                                     tier=draw(st.sampled_from(["hbm", "host"])), nbytes=c.nbytes))
+        elif op == "move":
+            c = draw(st.sampled_from(live))
+            events.append(PlaneEvent(E.MOVED, t, chunk_id=c.id, src_tier="host", dst_tier="hbm",
+                                     nbytes=c.nbytes))
+        elif op == "deliver":
+            sels, sums = [], {}
+            for _ in range(draw(st.integers(1, 3))):
+                c = draw(st.sampled_from(live))
+                sels.append((c.id, draw(any_indices(c.steps))))
+                sums[c.id] = draw(st.sampled_from([None, 7, 8]))
+            events.append(PlaneEvent(E.DELIVERED, t, update=draw(st.integers(0, 4)),
+                                     selections=sels,
+                                     checksums=sums if draw(st.booleans()) else None))
+        elif op == "drop":
+            c = draw(st.sampled_from(live))
+            indices = None if draw(st.booleans()) else draw(any_indices(c.steps))
+            events.append(PlaneEvent(E.DROPPED, t, chunk_id=c.id, indices=indices,
+                                     reason=draw(st.sampled_from(["stale", "truncated"]))))
+        elif op == "consume":
+            events.append(PlaneEvent(E.CONSUMED, t, update=draw(st.integers(0, 4))))
+        elif op == "evict_tier":
+            events.append(PlaneEvent(E.EVICTED, t, chunk_id=draw(st.sampled_from(live)).id,
+                                     tier=draw(st.sampled_from(["hbm", "host"]))))
+        elif op == "retire":
+            c = live.pop(draw(st.integers(0, len(live) - 1)))
+            retired.append(c)
+            events.append(PlaneEvent(E.EVICTED, t, chunk_id=c.id))
+        elif op == "reingest":
+            events.append(PlaneEvent(E.INGESTED, t, chunk=draw(st.sampled_from(retired))))
+        else:  # a late event naming a retired chunk
+            c = draw(st.sampled_from(retired))
+            what = draw(st.sampled_from(["deliver", "deliver", "drop", "place", "evict"]))
+            if what == "deliver":
+                if safe:
+                    lo = draw(st.integers(0, c.steps - 1))
+                    hi = draw(st.integers(lo + 1, c.steps))
+                    sels = [(c.id, draw(st.sampled_from([range(lo, hi), np.arange(lo, hi)])))]
+                    if live and draw(st.booleans()):
+                        other = draw(st.sampled_from(live))
+                        sels.append((other.id, range(other.steps)))
+                    events.append(PlaneEvent(E.DELIVERED, t, update=c.policy_version,
+                                             selections=sels))
+                else:
+                    events.append(PlaneEvent(
+                        E.DELIVERED, t, update=draw(st.integers(0, 4)),
+                        selections=[(c.id, draw(any_indices(c.steps)))],
+                        checksums={c.id: draw(st.sampled_from([None, 7, 8]))}
+                        if draw(st.booleans()) else None))
+            elif what == "drop":
+                indices = None if safe or draw(st.booleans()) else draw(any_indices(c.steps))
+                events.append(PlaneEvent(E.DROPPED, t, chunk_id=c.id, indices=indices,
+                                         reason="stale"))
+            elif what == "place":
+                events.append(PlaneEvent(E.PLACED, t, chunk_id=c.id, tier="host",
+                                         nbytes=c.nbytes))
+            else:
+                events.append(PlaneEvent(E.EVICTED, t, chunk_id=c.id,
+                                         tier=draw(st.sampled_from([None, "host"]))))
+    return contract, caps, events, t + 1
+
+
+def replay_both(folded, unbounded, events, end, check):
+    """Feed both auditors; ``check(folded_dict, unbounded_dict)`` at every marker and at finish."""
+    for ev in events:
+        if ev is None:
+            check(folded.report().to_dict(), unbounded.report().to_dict())
+        else:
+            folded.observe(ev)
+            unbounded.observe(ev)
+    check(folded.finish(end).to_dict(), unbounded.finish(end).to_dict())
+
+
+def _identical(f, u):
+    assert f == u
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(retiring_streams(), mixed_streams()), st.integers(0, 4))
+def test_folding_reports_exactly_what_the_unbounded_auditor_does(stream, small):
+    """With a window larger than the stream the reports are identical, always; with a small
+    window too, whenever no event names a chunk retired beyond it."""
+    contract, caps, events, end = stream
+    replay_both(*window_pair(contract, caps, len(events) + 1), events, end, _identical)
+    folded, unbounded = window_pair(contract, caps, small)
+    if refers_beyond_window(events, small):
+        for ev in events:  # must not fail; what it counts differently is the next test's
+            if ev is not None:
+                folded.observe(ev)
+        folded.finish(end)
+    else:
+        replay_both(folded, unbounded, events, end, _identical)
+
+
+def _same_total(f, u):
+    """Equal but for violations moved from evicted_then_sampled to unknown_sample (and those
+    samples not counted as delivered; and drops of forgotten ids, naming no indices, count 0)."""
+    fk, uk = f.pop("by_kind"), u.pop("by_kind")
+    moved = uk["evicted_then_sampled"] - fk["evicted_then_sampled"]
+    assert moved >= 0
+    assert fk["unknown_sample"] == uk["unknown_sample"] + moved
+    fk["evicted_then_sampled"] = uk["evicted_then_sampled"]
+    fk["unknown_sample"] = uk["unknown_sample"]
+    assert fk == uk
+    assert f.pop("delivered_samples") == u.pop("delivered_samples") - moved
+    if moved:
+        assert f.pop("delivered_bytes") < u.pop("delivered_bytes")
+    for d in (f, u):
+        del d["examples"]
+        # a late drop of a forgotten id, naming no indices, counts 0 samples under its reason
+        d["dropped_samples"] = {k: v for k, v in d["dropped_samples"].items() if v}
+    assert f == u  # violations (the total) included
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(retiring_streams(safe=True), st.integers(0, 2))
+def test_a_tiny_window_keeps_the_violation_total(stream, window):
+    """Late deliveries of chunks retired beyond the window count as unknown_sample instead of
+    evicted_then_sampled, sample for sample; every other count is unchanged."""
+    contract, caps, events, end = stream
+    replay_both(*window_pair(contract, caps, window), events, end, _same_total)
+
+
+def _whole_lives(a: Auditor, contract, first: int, n: int, live: int, per_update: int = 10):
+    """``n`` chunks ingested, placed, delivered whole, consumed by update, evicted; then ``live``
+    more ingested and placed in the next update, left resident and unconsumed."""
+    ids = range(first, first + n)
+    for k in range(first // per_update, (first + n) // per_update):
+        chunks = [mk(i, steps=4, version=k) for i in ids[k * per_update - first:][:per_update]]
+        for c in chunks:
+            a.ingested(c, float(k))
+            a.placed(c.id, "hbm", c.nbytes, float(k))
+        a.delivered(k, [(c.id, range(4)) for c in chunks], k + 0.25)
+        a.consumed(k, k + 0.5)
+        for c in chunks:
+            a.evicted(c.id, k + 0.75, "hbm")
+            a.evicted(c.id, k + 0.75)
+    k = (first + n) // per_update
+    for i in range(first + n, first + n + live):
+        a.ingested(mk(i, steps=4, version=k), float(k))
+        a.placed(i, "hbm", 32, float(k))
+
+
+@pytest.mark.parametrize("contract", [
+    OnPolicy(),
+    BoundedStaleness(max_lag=1, max_reuse=2),
+    Replay(capacity=400, replay_ratio=1.0, min_size=0, error_buffer=1e9),
+], ids=["on_policy", "bounded_staleness", "replay"])
+def test_retired_chunks_leave_exactly_the_window_behind(contract):
+    window, n, live = 16, 200, 3
+    folded, unbounded = window_pair(contract, {"hbm": 10_000}, window)
+    for a in (folded, unbounded):
+        _whole_lives(a, contract, 0, n, live)
+    assert len(folded._chunks) == live + window
+    assert list(folded._retired) == list(range(n - window, n))
+    assert set(folded._chunks) == set(range(n - window, n + live))
+    assert set(folded._residency) == set(range(n, n + live))
+    pending = {v: set(chunks) for v, chunks in folded._by_version.items()}
+    assert pending == ({n // 10: set(range(n, n + live))} if contract.kind == "on_policy" else {})
+    assert len(unbounded._chunks) == len(unbounded._residency) == n + live
+    # memory stays flat: another n chunks leave the same number of entries
+    for a in (folded, unbounded):
+        a.delivered(n // 10, [(i, range(4)) for i in range(n, n + live)], 100.0)
+        a.consumed(n // 10, 100.5)
+        for i in range(n, n + live):
+            a.evicted(i, 100.75)
+        _whole_lives(a, contract, n + 10, n, live)
+    assert len(folded._chunks) == live + window
+    assert set(folded._residency) == set(range(2 * n + 10, 2 * n + 10 + live))
+    assert sum(map(len, folded._by_version.values())) == (live if contract.kind == "on_policy" else 0)
+    assert len(unbounded._chunks) == 2 * (n + live)
+    assert folded.finish(200.0).to_dict() == unbounded.finish(200.0).to_dict()
+    assert folded.finish(200.0).violations == 0
+
+
+def test_late_chunks_of_a_consumed_version_leave_no_version_entry():
+    """OnPolicy: chunks arriving for an update already consumed are dropped and evicted; the
+    unbounded auditor keeps a version list for them forever, the folding one nothing."""
+    folded, unbounded = window_pair(OnPolicy(), None, 4)
+    for a in (folded, unbounded):
+        a.consumed(0, 0.0)
+        for i in range(50):
+            a.ingested(mk(i, steps=2, version=0), 1.0)
+            a.dropped(i, 1.5, "stale")
+            a.evicted(i, 2.0)
+    assert folded._by_version == {} and len(folded._chunks) == 4 and folded._residency == {}
+    assert len(unbounded._by_version[0]) == 50
+    assert_clean(folded.finish(3.0))
+    assert folded.finish(3.0) == unbounded.finish(3.0)
+
+
+def test_late_events_within_and_beyond_the_window():
+    """Window 2: of a, b, c retired in that order, b and c are remembered and a is not."""
+    folded, unbounded = window_pair(OnPolicy(), None, 2)
+    for a in (folded, unbounded):
+        for cid in "abc":
+            a.ingested(mk(cid, steps=4), 0.0)
+        a.delivered(0, [(cid, range(4)) for cid in "abc"], 0.5)
+        a.consumed(0, 1.0)
+        for cid in "abc":
+            a.evicted(cid, 1.5)
+        a.delivered(0, [("b", range(4))], 2.0)  # within the window
+        a.delivered(0, [("a", np.arange(1, 4))], 3.0)  # beyond it
+        a.ingested(mk("c", steps=4), 4.0)  # within: a duplicate
+        a.ingested(mk("a", steps=4), 5.0)  # beyond: a new chunk (version 0, already consumed)
+    f, u = folded.finish(6.0), unbounded.finish(6.0)
+    assert u.by_kind["evicted_then_sampled"] == 7 and u.by_kind["duplicated"] == 8
+    assert u.violations == 15 and u.ingested_chunks == 3
+    assert f.by_kind["evicted_then_sampled"] == 4 and f.by_kind["unknown_sample"] == 3
+    assert f.by_kind["duplicated"] == 4
+    assert f.by_kind["lost"] == 4  # the new "a", never delivered, of a consumed version
+    assert f.violations == 15 and f.ingested_chunks == 4
+    assert f.examples["unknown_sample"] == [
+        ("chunk 'a' was never ingested, or retired more than 2 chunks ago, but 3 of its samples "
+         "were delivered to update 0 at t=3")
+    ]
+    assert f.examples["evicted_then_sampled"] == u.examples["evicted_then_sampled"][:1]
+    assert f.delivered_samples == u.delivered_samples - 3
+
+
+def test_the_window_must_be_a_count():
+    for bad in (-1, 2.5, None):
+        with pytest.raises(ConduitError, match="RETIRED_WINDOW"):
+            type("Bad", (Auditor,), {"RETIRED_WINDOW": bad})(OnPolicy())
+    folded, _ = window_pair(Replay(capacity=8, replay_ratio=1.0, min_size=0), None, 0)
+    folded.ingested(mk("a", steps=2), 0.0)
+    folded.evicted("a", 1.0)
+    assert folded._chunks == {} and not folded._retired  # a window of 0 forgets at once
