@@ -1,126 +1,22 @@
 """Finding policies by name: the built-ins and third-party plug-ins.
 
-A registry entry is a name, a role (``policy`` for a full :class:`~conduit.policy.Policy` bundle,
-``placement`` or ``scheduling`` for a single component), and a factory that builds a fresh object from
-keyword parameters. Built-ins register themselves when :mod:`conduit.policies` is imported.
-
-Third-party packages register through the entry-point group ``conduit.policies``::
-
-    [project.entry-points."conduit.policies"]
-    my-policy = "my_package.policy:make_policy"
-
-The entry point may name a :class:`PolicyEntry`, or a factory (class or function) whose return value
-tells its role. A plug-in that fails to import is listed with its error instead of breaking the CLI.
+:func:`policy_registry` is the process-wide :class:`PolicyRegistry` with the built-ins
+(:func:`conduit.policies.register_builtins`) registered and entry-point plug-ins (group
+``conduit.policies``) loaded on first use; :func:`create_policy` builds a complete policy from a name.
+The machinery — :class:`PolicyEntry`, :class:`PolicyRegistry`, plug-in discovery — lives in
+:mod:`conduit.registration`, which imports no policy; it is re-exported here, the import path
+plug-ins and tools use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
-from conduit.errors import ConduitError, UnknownNameError
+from conduit.errors import ConduitError
+from conduit.policies import register_builtins
+from conduit.registration import ENTRY_POINT_GROUP, ROLES, PolicyEntry, PolicyRegistry
 
-ENTRY_POINT_GROUP = "conduit.policies"
-ROLES = ("policy", "placement", "scheduling")
-
-
-@dataclass(frozen=True)
-class PolicyEntry:
-    """A registered policy factory."""
-
-    name: str
-    role: str
-    factory: Callable[..., Any]
-    summary: str = ""
-    origin: str = "built-in"
-
-
-class PolicyRegistry:
-    """Name -> factory, across built-ins and entry-point plug-ins."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, PolicyEntry] = {}
-        self._broken: dict[str, str] = {}
-        self._plugins_loaded = False
-
-    def register(self, entry: PolicyEntry) -> PolicyEntry:
-        if entry.role not in ROLES:
-            raise ConduitError(f"policy {entry.name!r}: role must be one of {ROLES}, got {entry.role!r}")
-        existing = self._entries.get(entry.name)
-        if existing is not None and existing.factory is not entry.factory:
-            raise ConduitError(
-                f"policy name {entry.name!r} is taken by {existing.origin}; "
-                f"{entry.origin} must choose another"
-            )
-        self._entries[entry.name] = entry
-        return entry
-
-    def load_plugins(self) -> None:
-        if self._plugins_loaded:
-            return
-        self._plugins_loaded = True
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            origin = f"plugin:{ep.dist.name if ep.dist else ep.value}"
-            try:
-                target = ep.load()
-                entry = target if isinstance(target, PolicyEntry) else _entry_from_factory(ep.name, target, origin)
-                if entry.origin == "built-in":
-                    entry = PolicyEntry(entry.name, entry.role, entry.factory, entry.summary, origin)
-                self.register(entry)
-            except Exception as exc:  # noqa: BLE001 - a broken plug-in must not break the tool
-                self._broken[ep.name] = f"{origin}: {type(exc).__name__}: {exc}"
-
-    def names(self, role: str | None = None) -> list[str]:
-        self.load_plugins()
-        return sorted(n for n, e in self._entries.items() if role is None or e.role == role)
-
-    def entry(self, name: str) -> PolicyEntry:
-        self.load_plugins()
-        if name in self._entries:
-            return self._entries[name]
-        if name in self._broken:
-            raise ConduitError(f"policy {name!r} failed to load: {self._broken[name]}")
-        raise UnknownNameError("policy", name, list(self._entries))
-
-    def create(self, name: str, **params: Any) -> Any:
-        """A fresh policy object built with ``params`` (unknown parameters are an error)."""
-        entry = self.entry(name)
-        try:
-            return entry.factory(**params)
-        except TypeError as exc:
-            raise ConduitError(f"policy {name!r}: bad parameters {sorted(params)}: {exc}") from None
-
-    def describe(self) -> list[dict[str, str]]:
-        self.load_plugins()
-        rows = [
-            {"name": e.name, "role": e.role, "origin": e.origin, "summary": e.summary}
-            for e in sorted(self._entries.values(), key=lambda e: (e.origin != "built-in", e.name))
-        ]
-        rows += [
-            {"name": n, "role": "?", "origin": "broken", "summary": why} for n, why in sorted(self._broken.items())
-        ]
-        return rows
-
-
-def _entry_from_factory(name: str, factory: Callable[..., Any], origin: str) -> PolicyEntry:
-    from conduit.policy import PlacementPolicy, Policy, SchedulingPolicy
-
-    sample = factory()
-    if isinstance(sample, Policy):
-        role = "policy"
-    elif isinstance(sample, PlacementPolicy):
-        role = "placement"
-    elif isinstance(sample, SchedulingPolicy):
-        role = "scheduling"
-    else:
-        raise ConduitError(f"factory returned {type(sample).__name__}, not a Policy, PlacementPolicy or SchedulingPolicy")
-    summary = getattr(sample, "summary", "") or (factory.__doc__ or "").strip().splitlines()[0:1]
-    if isinstance(summary, list):
-        summary = summary[0] if summary else ""
-    return PolicyEntry(name, role, factory, summary, origin)
-
+__all__ = ["ENTRY_POINT_GROUP", "ROLES", "PolicyEntry", "PolicyRegistry", "create_policy", "policy_registry"]
 
 _REGISTRY: PolicyRegistry | None = None
 
@@ -129,10 +25,9 @@ def policy_registry() -> PolicyRegistry:
     """The process-wide registry, with built-ins registered and plug-ins loaded on first use."""
     global _REGISTRY
     if _REGISTRY is None:
-        _REGISTRY = PolicyRegistry()
-        import conduit.policies as builtins
-
-        builtins.register_builtins(_REGISTRY)
+        registry = PolicyRegistry()
+        register_builtins(registry)
+        _REGISTRY = registry
     return _REGISTRY
 
 

@@ -1,5 +1,7 @@
 """Policy registry: built-ins by name, plug-ins through the ``conduit.policies`` entry-point group."""
 
+import inspect
+import subprocess
 import sys
 import textwrap
 
@@ -89,3 +91,22 @@ def test_tier_preference_places_on_consumer_gpu_and_falls_back(tmp_path):
     full = static_view_of(topo, used={t.id: t.capacity for t in topo.tiers_of("hbm")},
                           learner_states=view.learner_states)
     assert full.tiers[policy.placement.place(chunk, full).tier].kind.value == "pinned"
+
+
+def test_the_registry_machinery_imports_no_policy():
+    """``conduit.registration`` (entries, registry, plug-ins) knows no policy; ``conduit.registry``
+    adds the built-ins, which ``conduit.policies`` registers without importing ``conduit.registry``."""
+    code = ("import sys, conduit.registration; a = sorted(m for m in sys.modules if m.startswith('conduit.polic')); "
+            "import conduit.policies; b = 'conduit.registry' in sys.modules; print(a, b)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] False"
+
+
+def test_entry_keywords_come_from_the_factory_signature():
+    from conduit.registration import factory_keywords
+
+    assert policy_registry().entry("all-gpu").keywords() == {"depth": 2}
+    assert policy_registry().entry("rllib-stock").keywords() == {}
+    assert factory_keywords(lambda **kw: None) is None  # takes any keyword
+    assert factory_keywords(lambda a, *, b=1, **kw: None) is None
+    assert factory_keywords(lambda a, *args, b=1: None) == {"a": inspect.Parameter.empty, "b": 1}

@@ -20,6 +20,7 @@ from conduit.registry import create_policy
 from conduit.sim.tune import (
     Trial,
     TuneResult,
+    check_policy_space,
     check_space,
     clip,
     contains,
@@ -271,3 +272,117 @@ def test_cli_errors_are_one_clear_line(args, words, tmp_path):
     assert proc.returncode != 0
     assert words in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stdout == "" and not (tmp_path / "x.json").exists()
+
+
+# ------------------------------------------------------- spaces the policy cannot be tuned over
+def _no_simulation(monkeypatch):
+    """Make any simulation fail the test: the refusals below must come before the first one."""
+    import conduit.sim.engine
+
+    class NoSimulation:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("a simulation ran before the search space was refused")
+
+    monkeypatch.setattr(conduit.sim.engine, "Simulation", NoSimulation)
+
+
+def _unknown_keyword(depth: int = 2):
+    """conduit(depth=...) declaring a parameter its factory does not take."""
+    return replace(conduit(depth=depth), space=(Param("depth", low=1, high=4, integer=True),
+                                                Param("prefetch", low=0, high=3, integer=True)))
+
+
+def _default_out_of_range(depth: int = 6):
+    """conduit(depth=...) whose default depth lies outside its declared range."""
+    return replace(conduit(depth=depth), space=(Param("depth", low=1, high=4, integer=True),))
+
+
+def _default_not_a_choice(granularity: int = 1):
+    """conduit(granularity=...) whose default granularity is not one of its declared choices."""
+    return replace(conduit(granularity=granularity), space=(Param("granularity", choices=(2, 4)),))
+
+
+UNKNOWN_KEYWORD = ("policy 'unknown-keyword': search-space parameter 'prefetch' is not a keyword of the policy's "
+                   "factory, which takes: depth")
+OUT_OF_RANGE = ("policy 'out-of-range': the default of parameter 'depth', 6, lies outside its declared range: "
+                "an integer in [1, 4]")
+NOT_A_CHOICE = ("policy 'not-a-choice': the default of parameter 'granularity', 1, lies outside its declared "
+                "range: one of [2, 4]")
+
+
+@pytest.fixture
+def bad_policies(monkeypatch):
+    """The process-wide registry with the built-ins and three policies whose spaces are refused."""
+    import conduit.registry
+    from conduit.policies import register_builtins
+    from conduit.registration import PolicyEntry, PolicyRegistry
+
+    registry = PolicyRegistry()
+    register_builtins(registry)
+    for name, factory in (("unknown-keyword", _unknown_keyword), ("out-of-range", _default_out_of_range),
+                          ("not-a-choice", _default_not_a_choice)):
+        registry.register(PolicyEntry(name, "policy", factory, factory.__doc__))
+    monkeypatch.setattr(conduit.registry, "_REGISTRY", registry)
+    _no_simulation(monkeypatch)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("unknown-keyword", UNKNOWN_KEYWORD), ("out-of-range", OUT_OF_RANGE), ("not-a-choice", NOT_A_CHOICE),
+])
+def test_tune_refuses_a_space_the_registered_factory_cannot_take(bad_policies, name, message):
+    with pytest.raises(ConduitError) as info:
+        tune(TOPOLOGY, WORKLOAD, name, budget=BUDGET, iterations=ITERATIONS)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("name, message", [
+    ("unknown-keyword", UNKNOWN_KEYWORD), ("out-of-range", OUT_OF_RANGE), ("not-a-choice", NOT_A_CHOICE),
+])
+def test_cli_refuses_a_bad_space_with_one_line_and_no_file(bad_policies, name, message, tmp_path, capsys):
+    from conduit.cli import main
+
+    out = tmp_path / "x.json"
+    code = main(["tune", "--topology", TOPOLOGY, "--workload", WORKLOAD, "--policy", name, "--budget", "3",
+                 "--iterations", str(ITERATIONS), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err == f"conduit: error: {message}\n"
+    assert captured.out == "" and not out.exists()
+
+
+def test_tune_refuses_a_factory_without_the_keyword_before_simulating(monkeypatch):
+    _no_simulation(monkeypatch)
+    with pytest.raises(ConduitError) as info:
+        tune(TOPOLOGY, WORKLOAD, _unknown_keyword, budget=BUDGET, iterations=ITERATIONS)
+    assert str(info.value) == UNKNOWN_KEYWORD.replace("'unknown-keyword'", "'conduit'")
+    with pytest.raises(ConduitError) as info:
+        tune(TOPOLOGY, WORKLOAD, _default_out_of_range, budget=BUDGET, iterations=ITERATIONS)
+    assert str(info.value) == OUT_OF_RANGE.replace("'out-of-range'", "'conduit'")
+
+
+def test_a_fixed_janus_configuration_is_refused_naming_its_parameters(tmp_path):
+    """``janus-gpu-co-so-g1`` carries the parametric ``janus`` space, but its factory takes no keyword."""
+    out = tmp_path / "x.json"
+    proc = run("tune", "--topology", TOPOLOGY, "--workload", WORKLOAD, "--policy", "janus-gpu-co-so-g1",
+               "--budget", "2", "--iterations", str(ITERATIONS), "--out", str(out))
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr and not out.exists()
+    assert proc.stderr == ("conduit: error: policy 'janus-gpu-co-so-g1': search-space parameter 'placement' is not "
+                           "a keyword of the policy's factory, which takes: no parameters\n")
+
+
+def test_check_policy_space_rules():
+    depth = Param("depth", low=1, high=4, integer=True)
+    headroom = Param("headroom", low=0.0, high=0.3)
+    mode = Param("mode", choices=(True, False))
+    check_policy_space((depth, headroom, mode), {"depth": 4, "headroom": 0.0, "mode": False},
+                       {"depth": 2, "headroom": 0.1, "mode": True}, "p")
+    check_policy_space((Param("anything", low=0, high=1),), {}, None, "p")  # **kwargs takes any keyword
+    # a default missing from the policy's params is read from the factory's signature
+    with pytest.raises(ConduitError, match=r"^p: the default of parameter 'headroom', 0.5, lies outside its "
+                                           r"declared range: \[0.0, 0.3\]$"):
+        check_policy_space((headroom,), {}, {"headroom": 0.5}, "p")
+    for bad in (2.5, 0, 5, True, math.nan, "2"):
+        with pytest.raises(ConduitError, match="'depth'"):
+            check_policy_space((depth,), {"depth": bad}, None, "p")
+    with pytest.raises(ConduitError, match=r"one of \[True, False\]"):
+        check_policy_space((mode,), {"mode": 1}, None, "p")

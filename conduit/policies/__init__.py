@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from conduit.policies.components import EarliestDeadlineFirst, OnDemand, TierPreference
 from conduit.policy import PathSettings, Policy
-from conduit.registry import PolicyEntry, PolicyRegistry
+from conduit.registration import PolicyEntry, PolicyRegistry
 from conduit.topology.model import TierKind
 
 

@@ -1,4 +1,5 @@
-"""``conduit tune``: search the parameters a policy declares, on the simulator.
+"""``conduit tune``: search the parameters a policy declares, on the simulator (the command itself
+is :mod:`conduit.cli.tune`).
 
 A policy declares what may be tuned in :attr:`Policy.space <conduit.policy.Policy.space>`: real or
 integer ranges (optionally log-scaled) and sets of choices. :func:`tune` searches that space for one
@@ -11,6 +12,10 @@ experience-path latency (``exposed_experience_path_s``); either way ties — val
 whose parameters the policy refuses) is *infeasible* and can never be chosen, however fast it is.
 The defaults are evaluated first and are only replaced by a strictly better feasible run, so the
 result is never worse than the defaults.
+
+**Refused before any simulation** (:func:`check_policy_space`): a space naming a parameter the
+policy's factory does not take as a keyword (a factory with ``**kwargs`` takes any), and a policy
+whose default value of a declared parameter lies outside that parameter's range or choices.
 
 **Search**, in a unit cube with one coordinate per parameter (:func:`to_unit`/:func:`from_unit`):
 reals map linearly or logarithmically onto ``[low, high]`` (rounded to :data:`SIGNIFICANT_DIGITS`
@@ -46,18 +51,16 @@ file records ``seed`` and ``iterations``).
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import itertools
 import math
 import numbers
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from conduit.cli import extra_command
 from conduit.errors import ConduitError
 from conduit.policy import Param, Policy
 
@@ -217,6 +220,54 @@ def contains(space: Sequence[Param], params: Mapping[str, Any]) -> bool:
         elif not isinstance(v, (int, float)) or isinstance(v, bool) or not p.low <= v <= p.high:
             return False
     return True
+
+
+def allowed_values(p: Param) -> str:
+    """What ``p`` admits, in words: ``one of [...]``, ``an integer in [lo, hi]`` or ``[low, high]``."""
+    if p.choices is not None:
+        return f"one of {list(p.choices)}"
+    if p.integer:
+        lo, hi = _int_bounds(p)
+        return f"an integer in [{lo}, {hi}]"
+    return f"[{p.low}, {p.high}]"
+
+
+def _admits(p: Param, value: Any) -> bool:
+    if p.choices is not None:
+        return any(c == value and isinstance(c, bool) == isinstance(value, bool) for c in p.choices)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return False
+    if p.integer and not float(value).is_integer():
+        return False
+    return p.low <= value <= p.high
+
+
+def check_policy_space(space: Sequence[Param], params: Mapping[str, Any], keywords: Mapping[str, Any] | None,
+                       policy: str = "policy") -> None:
+    """Refuse a search space the policy cannot be tuned over (a ConduitError naming the policy, the
+    parameter and what is allowed):
+
+    * a parameter that is not a keyword of the policy's factory (``keywords``: the factory's keyword
+      parameters with their defaults, :func:`conduit.registration.factory_keywords`; ``None`` for a
+      factory that takes any keyword);
+    * a parameter whose default — its value in ``params`` (the policy built with no arguments), else
+      the factory's default for it — lies outside its declared range or choices."""
+    if keywords is not None:
+        for p in space:
+            if p.name not in keywords:
+                takes = ", ".join(keywords) if keywords else "no parameters"
+                raise ConduitError(f"{policy}: search-space parameter {p.name!r} is not a keyword of the policy's "
+                                   f"factory, which takes: {takes}")
+    for p in space:
+        if p.name in params:
+            value = params[p.name]
+        elif keywords is not None and keywords.get(p.name, inspect.Parameter.empty) is not inspect.Parameter.empty:
+            value = keywords[p.name]
+        else:
+            continue
+        if not _admits(p, value):
+            raise ConduitError(f"{policy}: the default of parameter {p.name!r}, {value!r}, lies outside its "
+                               f"declared range: {allowed_values(p)}")
 
 
 def _lhs(d: int, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -625,10 +676,12 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
     included), each ``iterations`` learner updates with simulator seed ``seed``, which also seeds
     the search. ``objective`` is ``iteration_time_s`` or ``exposed_experience_path_s`` (lower is
     better; ties broken by the other). ``progress(done, budget)`` is called after each simulation.
-    Raises :class:`ConduitError` for a policy without tunable parameters, a budget below 1, an
-    unknown objective, or when no evaluated parameter set — the defaults included — is feasible.
+    Raises :class:`ConduitError` for a policy without tunable parameters, one whose space the policy
+    cannot be tuned over (:func:`check_policy_space`; both before any simulation), a budget below 1,
+    an unknown objective, or when no evaluated parameter set — the defaults included — is feasible.
     """
-    from conduit.registry import create_policy
+    from conduit.registration import factory_keywords
+    from conduit.registry import create_policy, policy_registry
     from conduit.sim.engine import Simulation
     from conduit.sim.workload import load_workload
     from conduit.topology import Topology, load_topology
@@ -646,11 +699,13 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
             raise ConduitError("policy 'janus-best' declares no tunable parameters: it is itself an exhaustive "
                                "search over the janus-* configurations (tune 'janus' to search them)")
         name = policy
+        keywords = policy_registry().entry(name).keywords()
 
         def factory(**kw: Any) -> Policy:
             return create_policy(name, **kw)
     elif callable(policy) and not isinstance(policy, Policy):
         factory = policy
+        keywords = factory_keywords(policy)
     else:
         raise ConduitError("tune needs a registered policy name or a policy factory (it rebuilds the policy "
                            f"for every candidate), got {type(policy).__name__}")
@@ -664,6 +719,7 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
         raise ConduitError(f"policy {label!r} declares no tunable parameters: its Policy.space is empty{takes}; "
                            "nothing to tune")
     space = check_space(default_policy.space, f"policy {label!r}")
+    check_policy_space(space, default_policy.params, keywords, f"policy {label!r}")
     defaults = {p.name: default_policy.params[p.name] for p in space if p.name in default_policy.params}
 
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
@@ -735,117 +791,3 @@ def write_result(result: TuneResult, path: str | Path | None = None) -> Path:
         )
     except OSError as exc:
         raise ConduitError(f"{path}: cannot write: {exc.strerror or exc}") from None
-
-
-# ---------------------------------------------------------------------------------------- CLI
-class _Bar:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.open = False
-
-    def __call__(self, done: int, total: int) -> None:
-        filled = int(25 * done / total)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled:<25}] {done}/{total} simulations")
-        sys.stderr.flush()
-        self.open = True
-
-    def close(self) -> None:
-        if self.open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.open = False
-
-
-def _time(seconds: Any) -> str:
-    """Seconds with five significant digits (gains of a fraction of a percent stay visible)."""
-    x = _finite(seconds)
-    if math.isinf(x):
-        return "n/a"
-    if x <= 0:
-        return "0 s"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if x >= scale:
-            return f"{x / scale:.5g} {unit}"
-    return f"{x / 1e-9:.5g} ns"
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
-def print_table(result: TuneResult, written: Path | None = None) -> None:
-    print(f"conduit tune: policy {result.policy} for {result.workload} on {result.topology}, "
-          f"objective {result.objective}; {result.simulations} simulations (budget {result.budget}), "
-          f"{result.iterations} iterations, seed {result.seed}, {result.wall_s:.1f} s")
-    infeasible = sum(not t.feasible for t in result.history)
-    if infeasible:
-        print(f"  {infeasible} infeasible run(s) (audit violations or refused parameters) were never chosen")
-    names = list(result.best_params) or list(result.default_params)
-    width = max([len(n) for n in names] + [len("parameter")])
-    print(f"  {'parameter':<{width}}  {'default':>12}  {'best':>12}")
-    for n in names:
-        mark = "" if result.default_params.get(n) == result.best_params.get(n) else "  *"
-        print(f"  {n:<{width}}  {_value(result.default_params.get(n, '-')):>12}  "
-              f"{_value(result.best_params.get(n)):>12}{mark}")
-    rows = (("exposed experience-path latency", "exposed_experience_path_s"),
-            ("iteration time", "iteration_time_s"))
-    label_width = max(len(label) for label, _ in rows) + len(" (objective)")
-    print(f"  {'metric (mean)':<{label_width}}  {'default':>10}  {'best':>10}  {'default/best':>12}  {'reduction':>9}")
-    for label, key in rows:
-        ratio, percent = result.gain(key)
-        shown = label + (" (objective)" if key == result.objective else "")
-        ratio_s = "n/a" if math.isnan(ratio) else ("inf" if math.isinf(ratio) else f"{ratio:.3f}x")
-        percent_s = "n/a" if math.isnan(percent) else f"{percent:.2f} %"
-        print(f"  {shown:<{label_width}}  {_time(result.default_metrics.get(key)):>10}  "
-              f"{_time(result.best_metrics.get(key)):>10}  {ratio_s:>12}  {percent_s:>9}")
-    if not result.improved:
-        print("  the defaults were not beaten: they are the best parameters found")
-    if written is not None:
-        print(f"  written: {written}  (use: conduit sim --policy {result.policy} --params {written} "
-              f"--topology {result.topology} --workload {result.workload} --iterations {result.iterations} "
-              f"--seed {result.seed})")
-
-
-def cmd_tune(args: argparse.Namespace) -> int:
-    if args.budget < 1:
-        raise ConduitError(f"--budget must be >= 1 (simulations, the defaults included), got {args.budget}")
-    if args.iterations < 1:
-        raise ConduitError(f"--iterations must be >= 1, got {args.iterations}")
-    bar = _Bar(f"tuning {args.policy} for {args.workload} on {args.topology}") \
-        if not args.quiet and sys.stderr.isatty() else None
-    try:
-        result = tune(args.topology, args.workload, args.policy, budget=args.budget, seed=args.seed,
-                      iterations=args.iterations, objective=args.objective, progress=bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    written = write_result(result, args.out)
-    print_table(result, written)
-    return 0
-
-
-@extra_command
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tune", help="search a policy's declared parameters on the simulator",
-                       description="Search the parameters a policy declares (Policy.space) on the simulator for "
-                                   "one workload on one topology; the defaults are simulated first and the best "
-                                   "feasible parameters (zero audit violations) are written to a file that "
-                                   "'conduit sim --params FILE' loads.")
-    p.add_argument("--topology", required=True, help="library name or YAML path")
-    p.add_argument("--workload", required=True, help="preset name or YAML path")
-    p.add_argument("--policy", required=True, help="registered policy name (one that declares a space)")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
-                   help=f"simulations, the defaults included (default {DEFAULT_BUDGET})")
-    p.add_argument("--seed", type=int, default=0, help="seeds the search and the simulator (default 0)")
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
-                   help=f"learner updates per simulation (default {DEFAULT_ITERATIONS})")
-    p.add_argument("--objective", choices=OBJECTIVES, default=DEFAULT_OBJECTIVE,
-                   help=f"what to minimise (default {DEFAULT_OBJECTIVE}; ties broken by the other)")
-    p.add_argument("--out", type=Path,
-                   help="tuned-parameter file (default results/tuned-<policy>-<workload>-<topology>.json)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(handler=cmd_tune)

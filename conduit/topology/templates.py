@@ -18,17 +18,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from conduit.errors import TopologyError
+from conduit.topology.library import resolve
 from conduit.topology.model import Device, Link
+from conduit.topology.parse import Context, parse_devices, parse_links, quantity_field
 from conduit.topology.yamlio import read_yaml
 
 FABRIC_KINDS = ("single-switch", "fat-tree")
 DEFAULT_FABRIC_LATENCY = 1e-6
 
 
-def expand_cluster(cluster: Any, ctx, base_dir: Path) -> tuple[list[Device], list[Link]]:
+def expand_cluster(cluster: Any, ctx: Context, base_dir: Path) -> tuple[list[Device], list[Link]]:
     """Expand a ``cluster`` mapping into explicit devices and links."""
-    from conduit.topology.loader import _Context, _quantity_field, parse_devices, parse_links
-
     if not isinstance(cluster, Mapping):
         ctx.fail("cluster", f"must be a mapping with 'nodes' and 'fabric', got {type(cluster).__name__}")
     groups = cluster.get("nodes")
@@ -47,7 +48,7 @@ def expand_cluster(cluster: Any, ctx, base_dir: Path) -> tuple[list[Device], lis
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             ctx.fail(f"{where}.count", f"must be a positive integer, got {count!r}", group, "count")
         type_source, type_data = _node_type(group["type"], base_dir, ctx, where)
-        type_ctx = _Context(type_source)
+        type_ctx = Context(type_source)
         if not isinstance(type_data, Mapping) or "devices" not in type_data or "links" not in type_data:
             type_ctx.fail(None, "a node type must be an explicit-form mapping with 'devices' and 'links'")
         local_devices = parse_devices(type_data["devices"], type_ctx)
@@ -87,8 +88,8 @@ def expand_cluster(cluster: Any, ctx, base_dir: Path) -> tuple[list[Device], lis
             ctx.fail(f"cluster.fabric.{key}", "must be a mapping with bandwidth and latency", fabric, key)
         if "bandwidth" not in spec and default_bw is None:
             ctx.fail(f"cluster.fabric.{key}.bandwidth", "missing", fabric, key)
-        bw = _quantity_field("bandwidth", spec.get("bandwidth", default_bw), f"cluster.fabric.{key}.bandwidth", ctx, spec)
-        lat = _quantity_field(
+        bw = quantity_field("bandwidth", spec.get("bandwidth", default_bw), f"cluster.fabric.{key}.bandwidth", ctx, spec)
+        lat = quantity_field(
             "latency", spec.get("latency", DEFAULT_FABRIC_LATENCY), f"cluster.fabric.{key}.latency", ctx, spec
         )
         return bw, lat
@@ -128,10 +129,7 @@ def expand_cluster(cluster: Any, ctx, base_dir: Path) -> tuple[list[Device], lis
     return devices, links
 
 
-def _node_type(ref: Any, base_dir: Path, ctx, where: str) -> tuple[str, Any]:
-    from conduit.errors import TopologyError
-    from conduit.topology.library import resolve
-
+def _node_type(ref: Any, base_dir: Path, ctx: Context, where: str) -> tuple[str, Any]:
     if isinstance(ref, Mapping):
         return f"{ctx.source} ({where}.type)", ref
     if not isinstance(ref, str):
@@ -144,7 +142,7 @@ def _node_type(ref: Any, base_dir: Path, ctx, where: str) -> tuple[str, Any]:
     return str(path), read_yaml(path)
 
 
-def _positive_int(fabric: Mapping, key: str, ctx) -> int:
+def _positive_int(fabric: Mapping, key: str, ctx: Context) -> int:
     value = fabric.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         ctx.fail(f"cluster.fabric.{key}", f"must be a positive integer, got {value!r}", fabric, key)

@@ -1,0 +1,40 @@
+"""``conduit calibrate``: the command around :mod:`conduit.runtime.calibrate`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    cal = sub.add_parser("calibrate", help="measure this machine and write a topology file the simulator loads",
+                         description="Measure memcpy, shared memory, pickle, disk, Ray's object store and (with "
+                                     "CUDA) host<->device copies, and write an explicit-form topology YAML. "
+                                     "Progress goes to stderr.")
+    cal.add_argument("--out", help="write the topology YAML here (default: print it on stdout)")
+    cal.add_argument("--quick", action="store_true", help="small sizes and few repeats: a few seconds, rougher")
+    cal.add_argument("--no-ray", action="store_true", help="skip the Ray object store")
+    cal.add_argument("--no-disk", action="store_true", help="skip the disk")
+    cal.add_argument("--json", action="store_true",
+                     help="print the raw measurements as one JSON object on stdout (YAML only to --out)")
+    cal.set_defaults(handler=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from conduit.runtime import calibrate as cal
+
+    if args.out is not None:
+        cal.check_out_path(args.out)  # before minutes of measuring
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    text, measurements = cal.calibrate(args.out, quick=args.quick, ray=not args.no_ray, disk=not args.no_disk,
+                                       progress=progress)
+    if args.json:
+        print(cal.to_json(measurements))
+    elif args.out is None:
+        sys.stdout.write(text)
+    if args.out is not None:
+        print(f"calibrate: wrote {args.out}", file=sys.stderr)
+    return 0

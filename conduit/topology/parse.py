@@ -1,0 +1,151 @@
+"""The explicit form's parser: devices, links and whole-graph checks, with errors that name the place.
+
+Both ways into a :class:`~conduit.topology.model.Topology` end here: :mod:`conduit.topology.loader`
+(the explicit form) and :mod:`conduit.topology.templates` (node types repeated into a cluster), so a
+template can never produce a topology that the explicit form would reject. A :class:`Context` names
+the file; :meth:`Context.fail` raises :class:`~conduit.errors.TopologyError` with the field path and,
+when known, the line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+
+from conduit.errors import TopologyError, UnitError
+from conduit.topology.model import DEVICE_KINDS, Device, Link, Topology
+from conduit.topology.yamlio import line_of
+from conduit.units import kind_of_field, parse_quantity
+
+#: fields a device of each kind must state
+REQUIRED_FIELDS = {"gpu": ("memory",), "memory": ("capacity",), "nvme": ("capacity",), "nic": ("bandwidth",)}
+#: quantities that may be zero; every other quantity must be strictly positive
+MAY_BE_ZERO = ("latency", "overhead", "_time")
+
+
+class Context:
+    """Where we are in a file, to name it in errors."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, field: str | None, message: str, container: Any = None, key: Any = None):
+        line = line_of(container, key) if container is not None else None
+        if line is not None:
+            message = f"{message} (line {line})"
+        raise TopologyError(self.source, field, message)
+
+
+def parse_devices(items: Any, ctx: Context, prefix: str = "", node: str | None = None) -> list[Device]:
+    """Validate a ``devices`` list. With ``prefix``/``node`` (templates) ids become ``node.id``."""
+    if not isinstance(items, list) or not items:
+        ctx.fail(f"{prefix}devices", "must be a non-empty list of devices", items)
+    devices: list[Device] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        where = f"{prefix}devices[{i}]"
+        if not isinstance(item, Mapping):
+            ctx.fail(where, f"must be a mapping with 'id' and 'kind', got {type(item).__name__}", items, i)
+        if "id" not in item:
+            ctx.fail(f"{where}.id", "missing", item)
+        local_id = item["id"]
+        if not isinstance(local_id, str | int) or isinstance(local_id, bool) or str(local_id) == "":
+            ctx.fail(f"{where}.id", f"must be a non-empty string, got {local_id!r}", item, "id")
+        local_id = str(local_id)
+        if local_id in seen:
+            ctx.fail(f"{where}.id", f"duplicate device id {local_id!r} (first at devices[{seen[local_id]}])", item, "id")
+        seen[local_id] = i
+        kind = item.get("kind")
+        if kind not in DEVICE_KINDS:
+            ctx.fail(f"{where}.kind", f"must be one of {', '.join(DEVICE_KINDS)}, got {kind!r}", item, "kind")
+        for required in REQUIRED_FIELDS.get(kind, ()):
+            if required not in item:
+                ctx.fail(f"{where}.{required}", f"required for a {kind} device", item)
+        attrs = {}
+        for key, value in item.items():
+            if key in ("id", "kind", "node"):
+                continue
+            attrs[key] = quantity_field(key, value, f"{where}.{key}", ctx, item)
+        if kind == "cpu":
+            cores = attrs.setdefault("cores", 1)
+            if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
+                ctx.fail(f"{where}.cores", f"must be a positive integer, got {cores!r}", item, "cores")
+        if kind == "memory" and "pinned_capacity" in attrs and attrs["pinned_capacity"] > attrs["capacity"]:
+            ctx.fail(f"{where}.pinned_capacity", "exceeds the device's capacity", item, "pinned_capacity")
+        if node is not None:
+            device_id, device_node = f"{node}.{local_id}", node
+        else:
+            device_id = local_id
+            device_node = str(item["node"]) if item.get("node") is not None else _default_node(local_id)
+        devices.append(Device(device_id, kind, device_node, attrs))
+    return devices
+
+
+def parse_links(
+    items: Any, ctx: Context, known: set[str], prefix: str = "", node: str | None = None
+) -> list[Link]:
+    """Validate a ``links`` list against the declared device ids."""
+    if not isinstance(items, list):
+        ctx.fail(f"{prefix}links", f"must be a list of links, got {type(items).__name__}", items)
+    links: list[Link] = []
+    for i, item in enumerate(items):
+        where = f"{prefix}links[{i}]"
+        if not isinstance(item, Mapping):
+            ctx.fail(where, f"must be a mapping with src, dst, bandwidth, latency, got {type(item).__name__}", items, i)
+        ends = []
+        for end in ("src", "dst"):
+            if end not in item:
+                ctx.fail(f"{where}.{end}", "missing", item)
+            device_id = str(item[end])
+            full_id = f"{node}.{device_id}" if node is not None else device_id
+            if full_id not in known:
+                ctx.fail(f"{where}.{end}", f"unknown device {device_id!r}", item, end)
+            ends.append(full_id)
+        if ends[0] == ends[1]:
+            ctx.fail(where, f"self-loop on device {ends[0]!r}", items, i)
+        values = {}
+        for key in ("bandwidth", "latency"):
+            if key not in item:
+                ctx.fail(f"{where}.{key}", "missing", item)
+            values[key] = quantity_field(key, item[key], f"{where}.{key}", ctx, item)
+        attrs = {k: v for k, v in item.items() if k not in ("src", "dst", "bandwidth", "latency")}
+        links.append(Link(ends[0], ends[1], values["bandwidth"], values["latency"], attrs))
+    return links
+
+
+def build(name: str, source: str, devices: list[Device], links: list[Link], ctx: Context) -> Topology:
+    """Final whole-graph checks (duplicate links, connectivity) and construction."""
+    pairs: dict[frozenset, int] = {}
+    for i, link in enumerate(links):
+        pair = frozenset((link.src, link.dst))
+        if pair in pairs:
+            ctx.fail(f"links[{i}]", f"duplicate link between {link.src!r} and {link.dst!r} (first at links[{pairs[pair]}])")
+        pairs[pair] = i
+    topology = Topology(name, source, devices, links)
+    if len(devices) > 1 and not nx.is_connected(topology.graph):
+        parts = sorted(nx.connected_components(topology.graph), key=len, reverse=True)
+        a, b = min(parts[0]), min(parts[1])
+        ctx.fail("links", f"graph is disconnected ({len(parts)} components): {a!r} cannot reach {b!r}")
+    return topology
+
+
+def quantity_field(key: str, value: Any, where: str, ctx: Context, container: Any) -> Any:
+    kind = kind_of_field(key)
+    if kind is None:
+        return value
+    if value is None:
+        ctx.fail(where, "missing value", container, key)
+    try:
+        number = parse_quantity(value, kind)
+    except UnitError as exc:
+        ctx.fail(where, str(exc), container, key)
+    may_be_zero = key == "latency" or key.endswith(MAY_BE_ZERO)
+    if number < 0 or (number == 0 and not may_be_zero):
+        ctx.fail(where, f"must be {'>= 0' if may_be_zero else '> 0'}, got {value!r}", container, key)
+    return number
+
+
+def _default_node(device_id: str) -> str:
+    return device_id.split(".", 1)[0] if "." in device_id else "node0"
