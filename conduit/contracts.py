@@ -315,10 +315,6 @@ class Replay:
         """Reverb's error: ``replay_ratio * (inserted - min_size) - sampled``; > 0 is under-sampled."""
         return self.replay_ratio * (inserted - self.min_size) - sampled
 
-    def warmed_up(self, inserted: int) -> bool:
-        """Whether sampling may start."""
-        return inserted >= self.min_size
-
     def _slack(self, inserted: int, sampled: int) -> float:
         return _REL_TOL * max(1.0, self.replay_ratio * inserted, float(sampled))
 

@@ -18,6 +18,7 @@ per-batch or per-chunk batch building, pinned or pageable copies, coalescing gra
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -25,15 +26,29 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from conduit.errors import ConduitError
 from conduit.view import ClusterView
 
+_shown = reprlib.Repr()
+_shown.maxstring = _shown.maxother = 120
+_shown.maxlist = _shown.maxtuple = _shown.maxdict = _shown.maxset = 6
+
 
 class InvalidDecision(ConduitError):
-    """A policy's decision that a backend refused; names the policy and the decision."""
+    """A policy's decision that the plane refused: names the policy, the call and the value.
 
-    def __init__(self, policy: str, decision: object, reason: str):
+    ``code`` is the reason's short name, the key rejections are counted under in both backends
+    (``unknown-tier``, ``over-capacity``, ``wrong-type``, ``raised``...); ``call`` the policy method
+    that made the decision (``place``, ``spill``, ``plan``). The value is shown bounded, so a huge
+    or self-referencing object cannot flood a log.
+    """
+
+    def __init__(self, policy: str, decision: object, reason: str, *, call: str | None = None,
+                 code: str = "refused-by-policy"):
         self.policy = policy
         self.decision = decision
         self.reason = reason
-        super().__init__(f"policy {policy!r} made an invalid decision {decision!r}: {reason}")
+        self.call = call
+        self.code = code
+        where = f" in {call}()" if call else ""
+        super().__init__(f"policy {policy!r} made an invalid decision{where} {_shown.repr(decision)}: {reason}")
 
 
 @dataclass(frozen=True)

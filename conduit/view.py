@@ -56,8 +56,12 @@ class PathState:
 class LearnerState:
     """A learner (one per device) and the scheduler-relevant facts about it.
 
-    ``next_need_at`` is the predicted time it will ask for its next batch (from an online model of its
-    update time), ``None`` when it is waiting now. ``update_time`` is that model's current estimate.
+    ``device`` is its compute device (a GPU, or the CPU device for a CPU learner) and ``tier`` the
+    memory tier its batches must end in (the GPU's HBM, or host memory for a CPU learner): the same
+    facts in both backends. ``next_need_at`` is the predicted time it will ask for its next batch
+    (:class:`~conduit.plane.cadence.LearnerCadence`), ``None`` when it is waiting now.
+    ``update_time`` is that model's current estimate of the time between asks (``0.0`` before there
+    is history, when ``next_need_at`` is then: the learner needs data now).
     """
 
     id: str
@@ -67,17 +71,29 @@ class LearnerState:
     update_time: float
     version: int
     batch_bytes: float = 0.0
+    tier: str | None = None
 
 
 class ClusterView(ABC):
-    """Read-only view of tiers, paths, chunks and learners at time :attr:`now`."""
+    """Read-only view of tiers, paths, chunks and learners at time :attr:`now`.
+
+    Every fact means the same in both backends. :attr:`now` is simulated seconds in the simulator
+    and the wall clock in the runtime: only differences between times (``next_need_at - now``, a
+    deadline) are meaningful. ``ChunkInfo.node`` is the producer's node and ``nbytes`` the payload's
+    size; tiers are looked up by node, kind and device (:meth:`tiers_on`, :meth:`hbm_of`,
+    :meth:`learner_tier`), never built from name strings.
+    """
 
     #: where a backend runs its decisions; policies may ignore it
     backend: str = "abstract"
 
+    #: the topology the tiers come from (device attributes such as ``copy_launch_overhead``), if any
+    topology = None
+
     @property
     @abstractmethod
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """The backend's clock (simulated or wall); meaningful only as a difference."""
 
     @property
     @abstractmethod
@@ -96,24 +112,53 @@ class ClusterView(ABC):
         """The route a transfer between two devices would take, with its current load."""
 
     @abstractmethod
-    def location(self, chunk_id: Hashable) -> str | None:
-        """The tier that holds a chunk now, ``None`` when it is in flight or gone."""
-
-    @abstractmethod
     def residents(self, tier: str) -> Sequence[tuple[Hashable, float]]:
         """Chunks held in a tier as ``(chunk_id, nbytes)``, oldest first (spill candidates)."""
 
     def copy_launch_overhead(self, device: str) -> float:
-        """Fixed cost of one copy that involves ``device`` (a host<->device launch)."""
-        return DEFAULT_COPY_LAUNCH_OVERHEAD
+        """Fixed cost of one copy that involves ``device`` (a host<->device launch): the
+        topology's ``copy_launch_overhead`` of that device, else the default."""
+        topology = self.topology
+        dev = topology.devices.get(device) if topology is not None else None
+        return dev.get("copy_launch_overhead", DEFAULT_COPY_LAUNCH_OVERHEAD) if dev is not None \
+            else DEFAULT_COPY_LAUNCH_OVERHEAD
+
+    # -- tier lookup, by node/kind/device (the set of tiers never changes for a view) -------
+    #: the tier set is fixed for the view's life, so the lookup index is built once
+    fixed_tiers: bool = True
+
+    def _tier_index(self) -> tuple[dict[tuple, list[str]], dict[str, str]]:
+        index = self.__dict__.get("_conduit_tier_index") if self.fixed_tiers else None
+        if index is None:
+            by_node: dict[tuple, list[str]] = {}
+            hbm: dict[str, str] = {}
+            for t in self.tiers.values():
+                by_node.setdefault((t.node, None), []).append(t.id)
+                by_node.setdefault((t.node, t.kind), []).append(t.id)
+                if t.kind is TierKind.HBM:
+                    hbm.setdefault(t.device, t.id)
+            index = (by_node, hbm)
+            if self.fixed_tiers:
+                self.__dict__["_conduit_tier_index"] = index
+        return index
+
+    def tiers_on(self, node: str | None, kind: TierKind | str | None = None) -> list[TierState]:
+        """Tiers on ``node`` (optionally of one kind), in the backend's tier order."""
+        kind = TierKind(kind) if kind is not None else None
+        tiers = self.tiers
+        return [tiers[i] for i in self._tier_index()[0].get((node, kind), ())]
+
+    def hbm_of(self, device: str) -> str | None:
+        """The HBM tier of a device (``None`` for a CPU or memory device)."""
+        return self._tier_index()[1].get(device)
+
+    def learner_tier(self, learner: str) -> str | None:
+        """The tier a learner's data must end in: its device's HBM, or host memory for a CPU
+        learner."""
+        state = self.learners[learner]
+        return state.tier if state.tier is not None else self.hbm_of(state.device)
 
     # -- derived estimates, identical in every backend -------------------------------------
-    def tiers_on(self, node: str | None, kind: TierKind | str | None = None) -> list[TierState]:
-        kind = TierKind(kind) if kind is not None else None
-        return [
-            t for t in self.tiers.values()
-            if t.node == node and (kind is None or t.kind is kind)
-        ]
 
     def transfer_time(self, src_tier: str, dst_tier: str, nbytes: float) -> float:
         """Predicted seconds to copy ``nbytes`` between two tiers under the current load.
@@ -137,17 +182,10 @@ class ClusterView(ABC):
         return overhead + p.latency + nbytes / rate
 
     def time_to_ready(self, tier: str, learner: str, nbytes: float) -> float:
-        """Predicted seconds from placing data in ``tier`` to having it in the learner's HBM."""
-        state = self.learners[learner]
-        target = self.hbm_of(state.device)
+        """Predicted seconds from placing data in ``tier`` to having it in the learner's HBM (zero
+        for a CPU learner, whose device memory is host memory)."""
+        target = self.hbm_of(self.learners[learner].device)
         return 0.0 if target is None or target == tier else self.transfer_time(tier, target, nbytes)
-
-    def hbm_of(self, device: str) -> str | None:
-        """The HBM tier of a device (``None`` for a CPU learner)."""
-        for t in self.tiers.values():
-            if t.device == device and t.kind is TierKind.HBM:
-                return t.id
-        return None
 
 
 @dataclass
@@ -163,6 +201,7 @@ class StaticClusterView(ClusterView):
     version: int = 0
     default_path: PathState = PathState(10e9, 10e9, 5e-6, 2)
     backend: str = "static"
+    fixed_tiers: bool = False  # tests edit tier_states in place
 
     @property
     def now(self) -> float:
@@ -184,9 +223,6 @@ class StaticClusterView(ClusterView):
         return self.paths.get((src_device, dst_device)) or self.paths.get(
             (dst_device, src_device), self.default_path
         )
-
-    def location(self, chunk_id: Hashable) -> str | None:
-        return self.locations.get(chunk_id)
 
     def residents(self, tier: str) -> Sequence[tuple[Hashable, float]]:
         return [(c, self.sizes.get(c, 0.0)) for c, t in self.locations.items() if t == tier]

@@ -7,6 +7,9 @@ local Ray instance (2 CPUs) and checks what the integration promises:
   the learner trained on what the plane delivered (OnPolicy: exactly the sampled steps), and the
   driver's data path carried only tickets;
 * the contract follows the algorithm and the live audit in ``result["conduit"]`` shows 0 violations;
+* bytes delivered are the bytes ingested: every run has ``verify_checksums=True``, and every delivery
+  of a whole chunk (PPO, APPO, IMPALA: batches are whole chunks) was checked against the chunk's
+  ingest checksum with no ``bytes_changed``;
 * PPO's value pass ran on the streamed chunks (no fallback to the whole-batch pass);
 * on a two-node ``ray.cluster_utils.Cluster`` the plane runs on the learner's node and the
   EnvRunner's chunks cross nodes through the object store;
@@ -47,12 +50,14 @@ def _trained(result: dict) -> float:
 
 
 def _train(cfg, iterations: int, until_trained: bool = False, **options):
-    """``iterations`` train() calls (with ``until_trained``: more, up to 12, until the learner has
-    trained - APPO/IMPALA spend their first ~10 s here starting up)."""
-    algo = enable(cfg, **options).build_algo()
+    """``iterations`` train() calls (with ``until_trained``: more, up to 30, until the learner has
+    trained - APPO/IMPALA spend their first ~10-40 s here starting up, the longer on a loaded
+    machine), with every delivered chunk's bytes checked against its ingest checksum
+    (``verify_checksums=True``)."""
+    algo = enable(cfg, verify_checksums=True, **options).build_algo()
     results = []
     try:
-        while len(results) < iterations or until_trained and not _trained(results[-1]) and len(results) < 12:
+        while len(results) < iterations or until_trained and not _trained(results[-1]) and len(results) < 30:
             results.append(algo.train())
     finally:
         algo.stop()  # EnvRunners first (APPO's keep sampling), then the plane
@@ -71,6 +76,16 @@ def _check_common(results, final, contract_kind: str):
         assert cd["contract"]["kind"] == contract_kind
         assert {"exposed_experience_path_s", "iteration_time_s", "experience_share"} <= set(cd["metrics"])
     assert final["violations"] == 0 and final["finished"]
+
+
+def _check_whole_chunks_verified(final: dict, chunk_steps: int) -> None:
+    """Every chunk is ``chunk_steps`` long and batches are made of whole chunks (their sizes are
+    multiples of it), so each delivery of a chunk carried it whole and the plane checksummed it:
+    ``checksums_verified`` equals the chunk deliveries, ``delivered_samples / chunk_steps``."""
+    assert final["ingested_samples"] == chunk_steps * final["ingested_chunks"], final
+    assert final["delivered_samples"] % chunk_steps == 0, final
+    assert final["checksums_verified"] == final["delivered_samples"] // chunk_steps > 0, final
+    assert final["by_kind"]["bytes_changed"] == 0
 
 
 def _ppo(**learners):
@@ -92,6 +107,9 @@ def test_ppo_trains_on_exactly_what_was_sampled(local_ray, value_pass):
     assert final["ingested_samples"] == final["delivered_samples"] == sampled
     assert final["updates_consumed"] == 2 and sum(final["dropped_samples"].values()) == 0
     assert results[-1]["conduit"]["metrics"]["delivered_batches"] == 2
+    # 8 chunks of 100 steps, each delivered once, whole, and checksummed
+    _check_whole_chunks_verified(final, 100)
+    assert final["checksums_verified"] == final["ingested_chunks"] == 8
     streamed = [_learner_stat(r, "values_streamed") for r in results]
     fallback = [_learner_stat(r, "values_fallback") for r in results]
     if value_pass == "per_chunk":  # one GAE pass per iteration, each on the streamed values
@@ -105,6 +123,9 @@ def test_ppo_remote_learner(local_ray):
     _check_common(results, final, "on_policy")
     assert final["delivered_samples"] == results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 800
     assert [_learner_stat(r, "values_fallback") for r in results] == [0, 0]
+    # the default sub-chunk: an eighth of the 400-step fragment; 16 chunks, each delivered once and checksummed
+    _check_whole_chunks_verified(final, 50)
+    assert final["checksums_verified"] == final["ingested_chunks"] == 16
 
 
 @pytest.mark.parametrize("name", ["APPO", "IMPALA"])
@@ -124,6 +145,9 @@ def test_appo_impala_bounded_staleness(local_ray, name):
     # every ingested sample was delivered, or is accounted for (in a batch cut off by the shutdown, or unused)
     assert final["ingested_samples"] == final["delivered_samples"] + sum(final["dropped_samples"].values()) + \
         final["unused_resident_samples"]
+    # a chunk is one 50-step fragment and a batch 4 of them: every delivery of a chunk (APPO reuses a
+    # batch, each delivery counts) was checksummed
+    _check_whole_chunks_verified(final, 50)
 
 
 def test_dqn_replay_from_the_plane(local_ray):
@@ -142,6 +166,9 @@ def test_dqn_replay_from_the_plane(local_ray):
     # n_step=3 makes RLlib's "auto" fragment 3 steps: one update of 16 rows per 3 env steps after learning starts
     assert final["delivered_samples"] % 16 == 0 and final["delivered_samples"] >= 16 * 40
     assert results[-1]["conduit"]["notes"]  # the config asked for a prioritized buffer: reported
+    # replay batches are rows drawn with replacement: no delivery carries a whole chunk, and only
+    # whole chunks are checksummed, so there is nothing to verify (and nothing may differ)
+    assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0
 
 
 def test_sac_replay_from_the_plane(local_ray):
@@ -157,6 +184,7 @@ def test_sac_replay_from_the_plane(local_ray):
     assert final["ingested_samples"] == results[-1]["env_runners"]["num_env_steps_sampled_lifetime"]
     assert final["delivered_samples"] >= 16 * 10
     assert not results[-1]["conduit"]["notes"]  # uniform buffer asked for, uniform sampling given
+    assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0  # rows, not chunks (see DQN)
 
 
 # ------------------------------------------------------------------------------------------ two nodes
@@ -185,7 +213,7 @@ TWO_NODES = textwrap.dedent("""
                             custom_resources_per_env_runner={"runner_node": 0.1})
                .learners(num_learners=1, num_cpus_per_learner=1, custom_resources_per_learner={"learner_node": 0.1})
                .training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=2))
-        algo = enable(cfg).build_algo()
+        algo = enable(cfg, verify_checksums=True).build_algo()
         try:
             results = [algo.train(), algo.train()]
             nodes = algo.learner_group.foreach_learner(lambda learner: ray.get_runtime_context().get_node_id())
@@ -219,6 +247,9 @@ def test_two_node_cluster_places_on_the_learners_node():
     transport = metrics["transport"]
     assert transport["remote_chunks"] == transport["store_chunks"] + transport["inline_chunks"] > 0
     assert got["final"]["violations"] == 0 and got["final"]["delivered_samples"] == 800
+    # the chunks that crossed nodes arrived byte for byte: 16 chunks of 50 steps, each checksummed once
+    _check_whole_chunks_verified(got["final"], 50)
+    assert got["final"]["checksums_verified"] == got["final"]["ingested_chunks"] == 16
 
 
 # ------------------------------------------------------------------------------------------ RLlib untouched

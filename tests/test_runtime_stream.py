@@ -86,6 +86,47 @@ def test_filled_prefix_is_the_longest_finished_run_from_row_zero(sizes, data):
     assert build.complete and build.prefix == rows and not build.landed
 
 
+@SETTINGS
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=10), data=st.data())
+def test_rows_given_back_by_failed_copies_are_refilled_in_row_order(sizes, data):
+    """Reservations whose copies fail give their rows back (holes); later reservations fill the holes
+    first; the selections stay in row order and the batch completes with every row written once."""
+    rows = sum(sizes)
+    build = BatchBuild("l", 0, None, rows)
+    reserved = []
+    for i, n in enumerate(sizes):
+        start, got = build.take(n)
+        assert got == n
+        build.add(start, f"c{i}", range(n), 0.0, 0)
+        reserved.append((start, n, f"c{i}"))
+    failed = data.draw(st.lists(st.sampled_from(reserved), unique=True), label="failed copies")
+    for start, n, cid in failed:
+        assert build.withdraw(start) == (cid, range(n))
+        build.give_back(start, n)
+    assert build.free_rows == sum(n for _, n, _ in failed)
+    for start, n, _ in reserved:  # the copies that did land
+        if (start, n, _) not in failed:
+            build.fill(start, n)
+    k = 0
+    while build.free_rows:  # refill, in pieces of any size (whole pieces only where they fit)
+        n = data.draw(st.integers(1, 6), label="refill")
+        whole = data.draw(st.booleans(), label="whole")
+        fits = build.can_take(n)
+        start, got = build.take(n, whole)
+        if whole:
+            assert got == (n if fits else 0)
+            if not got:
+                continue
+        assert 0 < got <= n
+        build.add(start, f"r{k}", range(got), 0.0, 0)
+        build.fill(start, got)
+        k += 1
+    assert build.complete and build.prefix == rows and not build.holes
+    assert build.starts == sorted(build.starts)
+    covered = [build.starts[i] + j for i, (_, idx) in enumerate(build.selections) for j in range(len(idx))]
+    assert covered == list(range(rows))  # every row once, in order
+
+
 def test_slice_selections_splits_at_boundaries():
     sel = [("a", range(2, 6)), ("b", np.array([7, 1, 3])), ("c", range(2))]  # rows 0-3, 4-6, 7-8
     got = slice_selections(sel, 2, 8)
@@ -156,7 +197,7 @@ def test_successive_peeks_reassemble_exactly_the_delivered_batch(data):
     versions = data.draw(st.integers(1, 3), label="batches")
     depth = data.draw(st.integers(0, 2), label="prefetch_depth")
     workers = data.draw(st.integers(1, 4), label="copy_workers")
-    policy = data.draw(st.sampled_from(["conduit", "rllib-stock", "host-only"]), label="policy")
+    policy = data.draw(st.sampled_from(["conduit", "host-only", "all-gpu"]), label="policy")
     contract = OnPolicy() if kind == "on_policy" else BoundedStaleness(max_lag=versions)
     sources, notes, order = {}, {}, []
     for v in range(versions):

@@ -18,10 +18,17 @@ are left out).
 largest ``prefix`` with rows ``[0, prefix)`` all written. A learner may read that prefix while the
 rest is still arriving (:meth:`~conduit.runtime.plane.ExperiencePlane.peek`, which returns a
 :class:`Peek`); a ready batch has ``prefix == rows``.
+
+**Copies in flight.** A build counts the copies still writing into its extent (``inflight``). A build
+that is released or discarded while some run is marked ``dead`` and its memory goes back to the tier
+only when the last of them ends, so a late copy can never land in a batch that reuses the memory.
+A copy that fails before it lands gives its rows back (:meth:`BatchBuild.give_back`): they become a
+**hole** that the next reservation fills first, so one failed ingest does not strand a batch.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -44,7 +51,7 @@ class BatchBuild:
     key: int  # OnPolicy: the policy version (= update) it serves; otherwise an arrival sequence
     extent: Extent
     rows: int
-    reserved: int = 0
+    reserved: int = 0  # rows [0, reserved) are reserved, except the holes
     filled: int = 0
     prefix: int = 0  # rows [0, prefix) are all filled
     landed: dict[int, int] = field(default_factory=dict)  # finished copies beyond the prefix: start -> rows
@@ -55,13 +62,62 @@ class BatchBuild:
     annotations: dict[Hashable, Any] = field(default_factory=dict)  # chunk id -> its producer's annotation
     t_ready: float | None = None
     id: tuple[str, str, int] = field(default_factory=lambda: ("batch", "", next(_ids)))
+    starts: list[int] = field(default_factory=list)  # first row of each selection (ascending, parallel to it)
+    holes: list[tuple[int, int]] = field(default_factory=list)  # (start, rows) given back below ``reserved``
+    inflight: int = 0  # copies still writing into ``extent``
+    dead: str | None = None  # why it left (released, discarded as stale...); its copies only let go
+    freed: bool = False  # its extent went back to the tier
 
     def reserve(self, n: int) -> int:
-        """Reserve up to ``n`` rows; returns the first row reserved (the caller copies into
-        ``[start, start + granted)``, granted = min(n, free rows))."""
+        """Reserve up to ``n`` rows at the end; returns the first row reserved (the caller copies
+        into ``[start, start + granted)``, granted = min(n, rows left at the end))."""
         start = self.reserved
         self.reserved += min(n, self.rows - self.reserved)
         return start
+
+    def take(self, n: int, whole: bool = False) -> tuple[int, int]:
+        """Reserve up to ``n`` contiguous rows (exactly ``n`` with ``whole``), a hole first, else at
+        the end. Returns ``(start, granted)``; ``granted`` is 0 when nothing fits."""
+        for i, (start, size) in enumerate(self.holes):
+            if size >= n or (size and not whole):
+                granted = min(n, size)
+                if granted == size:
+                    del self.holes[i]
+                else:
+                    self.holes[i] = (start + granted, size - granted)
+                return start, granted
+        tail = self.rows - self.reserved
+        if whole and tail < n:
+            return self.reserved, 0
+        return self.reserve(n), min(n, tail)
+
+    def can_take(self, n: int) -> bool:
+        """Whether ``n`` contiguous rows are free (a hole or the end)."""
+        return self.rows - self.reserved >= n or any(size >= n for _, size in self.holes)
+
+    def give_back(self, start: int, n: int) -> None:
+        """Rows ``[start, start + n)`` were reserved but their copy never landed: free them again."""
+        if start + n == self.reserved:
+            self.reserved = start
+            while self.holes and sum(self.holes[-1]) == self.reserved:
+                self.reserved = self.holes.pop()[0]
+        else:
+            bisect.insort(self.holes, (start, n))
+
+    def add(self, start: int, chunk_id: Hashable, indices: range | np.ndarray, t_created: float,
+            version: int) -> None:
+        """Record that rows from ``start`` carry ``indices`` of the chunk (kept in row order)."""
+        i = bisect.bisect(self.starts, start)
+        self.starts.insert(i, start)
+        self.selections.insert(i, (chunk_id, indices))
+        self.created.insert(i, t_created)
+        self.versions.insert(i, version)
+
+    def withdraw(self, start: int) -> tuple[Hashable, range | np.ndarray]:
+        """Forget the selection recorded at ``start`` (its copy failed); returns it."""
+        i = self.starts.index(start)
+        del self.starts[i], self.created[i], self.versions[i]
+        return self.selections.pop(i)
 
     def fill(self, start: int, n: int) -> None:
         """The copy into rows ``[start, start + n)`` finished: count it and advance the filled prefix."""
@@ -77,7 +133,7 @@ class BatchBuild:
 
     @property
     def free_rows(self) -> int:
-        return self.rows - self.reserved
+        return self.rows - self.reserved + sum(size for _, size in self.holes)
 
     @property
     def complete(self) -> bool:

@@ -73,9 +73,6 @@ class LinkEstimate:
         lat = self._m_t - self._m_n / self.bandwidth
         return max(lat, 0.0)
 
-    def predict(self, nbytes: float) -> float:
-        return self.latency + nbytes / self.bandwidth
-
 
 class BandwidthEstimator:
     """One :class:`LinkEstimate` per route ``(src, dst)``, created from a prior on first use."""

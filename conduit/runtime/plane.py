@@ -3,27 +3,37 @@
 :class:`ExperiencePlane` is the runtime's core, usable in one process with no Ray (the GPU machine
 tests it that way) and wrapped one-per-node by :mod:`conduit.runtime.ray_plane`.
 
+Every decision is the plane core's (:mod:`conduit.plane`), shared with the simulator: this module
+only moves bytes.
+
 **Ingestion.** A producer hands over a chunk (:meth:`ExperiencePlane.ingest`, or through a
 shared-memory ring from another process, :meth:`ExperiencePlane.attach_producer`). It is checked
-against the schema before a byte moves; the placement policy chooses its tier; the plane copies it
-there once. When the policy puts it on its learner's device and a batch for it is being assembled,
-that one copy writes it straight into the batch.
+against the schema before a byte moves; the placement policy chooses its tier, as the core's
+:class:`~conduit.plane.Arbiter` checks it (a wrong type, an unknown tier, one without room, another
+node's HBM, or an exception inside the policy is counted by reason and replaced by the one safe
+default: pinned, then pageable memory on the consumer's node); the plane copies it there once. When
+that tier is its learner's and a batch for it is being assembled, that one copy writes it straight
+into the batch.
 
-**Placement.** Tiers are real memory (:mod:`conduit.runtime.machine`). A full tier asks the policy
-to ``spill`` (oldest residents one level down, HBM -> pinned -> pageable -> NVMe), then falls back to
-any tier with room; a chunk larger than every tier is refused at once (:class:`CapacityError`), and
-a plane with no room anywhere makes the producer wait, up to a timeout (:class:`PlaneFullError`):
-backpressure, never unbounded memory.
+**Placement.** Tiers are real memory (:mod:`conduit.runtime.machine`); the core's
+:class:`~conduit.plane.ChunkLedger` keeps which chunk is where and tells the auditor. A full tier asks
+the policy to ``spill`` (its moves checked by the core; each accepted one is executed as one copy);
+a chunk larger than every tier is refused at once (:class:`CapacityError`), and a tier with no room
+makes the producer wait, up to a timeout (:class:`PlaneFullError`): backpressure, never unbounded
+memory.
 
 **Delivery.** Each learner has batches assembled ahead of need in its device tier, at most
-``prefetch_depth`` at a time. The scheduling policy sees, per learner, the chunks waiting to go into
-them and returns the moves to start now; moves run on the transfer engine's background workers, so
-they overlap the learner's update. A learner that is waiting gets everything of its next batch moved
-at once whatever the policy says (a policy can cost time, never data), and with no device memory of
-its own (a CPU learner) the path settings decide (``overlap_collection``: stream as chunks arrive).
-A learner may also read its next batch while it is assembled (:meth:`ExperiencePlane.peek`: the
-rows from 0 whose copies have all finished) and take it whole with ``next_batch`` afterwards; each
-chunk's ``annotation`` comes along with the batches (and peeks) that carry its rows.
+``prefetch_depth`` at a time. The core's :meth:`~conduit.plane.Arbiter.plan` decides which chunks move
+now: the scheduling policy's checked plan; a waiting learner's chunks whatever the policy says
+(*forced*, counted: a policy can cost time, never data); a CPU learner's as they arrive when the path
+settings ask for ``overlap_collection``. Moves run on the transfer engine's background workers, so
+they overlap the learner's update. The other path settings are executed here as in the simulator
+(``batch_build``, ``overlap_update``, ``granularity``, ``split``/``target_chunk_bytes``, ``pinned``;
+see :meth:`ExperiencePlane._pump` and :meth:`ExperiencePlane._start_moves`); ``route="driver"`` (stock
+RLlib's path) is refused at construction, naming the setting. A learner may also read its next batch
+while it is assembled (:meth:`ExperiencePlane.peek`: the rows from 0 whose copies have all finished)
+and take it whole with ``next_batch`` afterwards; each chunk's ``annotation`` comes along with the
+batches (and peeks) that carry its rows.
 
 **Contracts** are enforced here and audited live (:class:`~conduit.audit.Auditor`):
 
@@ -36,11 +46,27 @@ chunk's ``annotation`` comes along with the batches (and peeks) that carry its r
 * ``Replay``: chunks form a FIFO table of ``capacity`` steps (oldest evicted); batches are sampled
   uniformly from live samples across all tiers; inserts and samples pass the rate limiter, so the
   sample/insert ratio stays in the contract's band (a producer ahead of the learner waits).
+
+**The audit is told what happened, when it happened.** An ingest first *reserves*: the chunk id
+(atomically, so two producers racing with one id cannot both get in), its room in the Replay table,
+its rows in a batch or an extent in a tier. Only when its copy has landed is it *committed*, and only
+then does the auditor hear of it (``ingested``, ``placed``, a drop on arrival). A call that fails
+(:class:`PlaneFullError`, a copy that raises, the plane closing) gives every reservation back and
+leaves no trace but a refusal counter (``refused_full``, ``failed_ingests``), so the documented retry
+with the same id is a first ingest. Memory is freed only when nothing still copies into or out of it:
+a batch released or discarded while copies run is freed by the last of them, a chunk's extent once no
+copy reads it, and :meth:`ExperiencePlane.close` waits for every copy before it frees anything.
+
+**Timeouts.** Every blocking call (``ingest``, ``next_batch``, ``peek``) waits at most its timeout,
+wakes up when the plane is closed, and takes ``None`` for "until close()"; a timeout that is negative,
+infinite or NaN is refused at once with a :class:`~conduit.errors.ConduitError` naming the argument.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 import os
 import select
 import threading
@@ -54,9 +80,10 @@ import numpy as np
 
 from conduit.audit import Auditor, AuditReport
 from conduit.chunk import Chunk, checksum_bytes
-from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Replay, contract_from_dict
+from conduit.contracts import Contract, contract_from_dict
 from conduit.errors import CapacityError, ConduitError, PlaneFullError, UnknownNameError
-from conduit.policy import ChunkInfo, InvalidDecision, Move, Policy
+from conduit.plane import Arbiter, ChunkLedger, Rejections, rules_for
+from conduit.policy import ChunkInfo, Move, Policy
 from conduit.registry import create_policy
 from conduit.runtime.batch import Batch, BatchBuild, Peek, slice_selections
 from conduit.runtime.estimator import BandwidthEstimator
@@ -69,11 +96,30 @@ from conduit.runtime.view import LearnerModel, RuntimeClusterView
 from conduit.topology.model import TierKind, Topology
 from conduit.tuning_file import resolve_params
 
-SPILL_ORDER = (TierKind.HBM, TierKind.PINNED, TierKind.PAGEABLE, TierKind.NVME)
-
 
 class DeliveryTimeout(ConduitError, TimeoutError):
     """A learner waited longer than its timeout for a batch; names what was missing."""
+
+
+def _timeout_arg(name: str, value: Any) -> float | None:
+    """A timeout argument: ``None`` (wait until close()) or a finite number of seconds >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConduitError(f"{name} must be a number of seconds or None (wait until close()), got {value!r}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConduitError(f"{name} must be a finite number of seconds >= 0, or None to wait until close(); "
+                           f"got {value!r}")
+    return seconds
+
+
+def _deadline(timeout: float | None) -> float:
+    return math.inf if timeout is None else time.monotonic() + timeout
+
+
+def _secs(timeout: float | None) -> str:
+    return "until close()" if timeout is None else f"{timeout:g} s"
 
 
 @dataclass(eq=False)
@@ -106,6 +152,27 @@ class _Chunk:
 
 
 @dataclass(eq=False)
+class _Segment:
+    """Rows ``[first, first + n)`` of a chunk copied into rows ``[start, start + n)`` of a batch."""
+
+    chunk: _Chunk
+    build: BatchBuild
+    first: int
+    start: int
+    n: int
+
+
+@dataclass(eq=False)
+class _Admission:
+    """What one ingest holds before it commits, so that a failure gives all of it back."""
+
+    chunk: _Chunk
+    table_steps: int = 0  # Replay: room reserved in the table (counted in ``_inserting`` too)
+    build: BatchBuild | None = None  # the batch its one copy writes into, rows [start, start + steps)
+    start: int = 0
+
+
+@dataclass(eq=False)
 class _Learner:
     model: LearnerModel
     device: str  # "cpu" or "cuda:N"
@@ -124,6 +191,16 @@ class _Learner:
     def asking(self) -> bool:
         """The learner waits for rows now (in next_batch or peek)."""
         return self.model.waiting or self.peeking > 0
+
+
+def _check_path_settings(policy: Policy) -> None:
+    """Refuse, naming the field, a path setting this backend cannot execute (see the module doc)."""
+    path = policy.path
+    if path.route != "direct":
+        raise ConduitError(
+            f"policy {policy.name!r}: path setting route={path.route!r} cannot run in the runtime plane: the "
+            "plane is the direct route (producer -> placement -> learner); the driver route is stock RLlib "
+            "itself (run without enable()), and only the simulator models it")
 
 
 def _as_contract(contract: Contract | Mapping[str, Any]) -> Contract:
@@ -166,12 +243,14 @@ class ExperiencePlane:
         if isinstance(batch_steps, bool) or not isinstance(batch_steps, int) or batch_steps <= 0:
             raise ConduitError(f"batch_steps must be a positive integer, got {batch_steps!r}")
         self.batch_steps = batch_steps
+        self.contract_rules = self.rules = rules_for(self.contract)
         self.policy = self._load_policy(policy, params, params_file)
         self.path = self.policy.path
+        _check_path_settings(self.policy)
         self.prefetch_depth = self.path.prefetch_depth if prefetch_depth is None else int(prefetch_depth)
         if self.prefetch_depth < 0:
             raise ConduitError(f"prefetch_depth must be >= 0, got {prefetch_depth!r}")
-        self.ingest_timeout = ingest_timeout
+        self.ingest_timeout = _timeout_arg("ingest_timeout", ingest_timeout)
         self.verify_checksums = verify_checksums
         self.topology = resolve_topology(topology)
         if not isinstance(learners, Mapping):
@@ -195,32 +274,40 @@ class ExperiencePlane:
         self._chunk_seq = itertools.count()
         self._rng = np.random.default_rng(seed)
         self._chunks: dict[Hashable, _Chunk] = {}
-        self._residents: dict[str, OrderedDict[Hashable, int]] = {t: OrderedDict() for t in self.tiers}
-        self._locations: dict[Hashable, str] = {}
+        self._dropped_ids: set[Hashable] = set()  # chunks dropped on arrival: their ids stay taken
         self._table: OrderedDict[Hashable, _Chunk] = OrderedDict()  # Replay: live chunks, oldest first
         self._table_steps = 0
         # Replay sampling state, rebuilt only when the table changes: (chunks, steps, cumulative steps)
         self._table_snapshot: tuple[list[_Chunk], np.ndarray, np.ndarray] | None = None
-        self._inserted = 0
+        self._inserted = 0  # committed steps (what the auditor has seen ingested)
+        self._inserting = 0  # steps of inserts admitted and still copying (their table room is reserved)
         self._sampled = 0  # steps selected for batches (the sampling side of the limiter)
         self._delivered = 0  # steps handed over, counted with the auditor's delivered() (the inserting side)
         self._round_robin = itertools.cycle(list(learners))
         self._rings: list[Any] = []
-        self._last_rejection: str | None = None  # the latest refused policy decision (metrics)
+        self._last_spill_error: str | None = None  # the latest spill copy that failed (metrics)
         self._last_ring_error: str | None = None
+        self._last_ingest_error: str | None = None  # the latest ingest that failed after admission (metrics)
         self._released: dict[int, set[str]] = {}  # OnPolicy: learners done with update k
         self._ring_thread: threading.Thread | None = None
+        self._admitting: set[Hashable] = set()  # ids of ingests under way (reserved, not committed)
+        self._sampling = 0  # replay samples copying now
+        self._handed: set[BatchBuild] = set()  # batches handed to learners, not released yet
+        self._finished = False  # the auditor gave its final report (close)
 
         self.estimator = BandwidthEstimator()
         self.engine = TransferEngine(self.estimator, workers=copy_workers)
         self.metrics_ = PlaneMetrics()
         caps = {t.id: t.capacity for t in self.tiers.values()}
         self.auditor = Auditor(self.contract, caps)
+        self.ledger = ChunkLedger(self.tiers, self.auditor)
+        self.rejections = Rejections()
+        self.arbiter = Arbiter(self.policy, self.rejections)
         self._learners: dict[str, _Learner] = {}
         for lid, dev in learners.items():
             tier = self.tiers[self._machine.learner_tier[dev]]
-            model = LearnerModel(lid, tier.device, self.node,
-                                 self.schema.payload_bytes(batch_steps))
+            model = LearnerModel(lid, self._compute_device(dev, tier), self.node,
+                                 self.schema.payload_bytes(batch_steps), tier=tier.id)
             self._learners[lid] = _Learner(model, dev, tier, batch_steps)
             if tier.schema.extent_bytes(batch_steps) > tier.capacity:
                 self.close()
@@ -228,9 +315,21 @@ class ExperiencePlane:
                     f"a batch of {batch_steps} steps ({tier.schema.extent_bytes(batch_steps)} B) does not fit "
                     f"the learner tier {tier.id} ({tier.capacity} B); raise capacities[{tier.id!r}]")
         self.view = RuntimeClusterView(self.topology, self.tiers, {k: v.model for k, v in self._learners.items()},
-                                       self.estimator, self._locations, self._residents, lambda: self._version)
+                                       self.estimator, self.ledger, lambda: self._version)
 
     # ---------------------------------------------------------------------------- set-up
+    def _cpu_of(self, node: str) -> str | None:
+        """The CPU device of ``node`` in the topology (where a producer there runs)."""
+        cpus = self.topology.devices_of("cpu", node)
+        return cpus[0].id if cpus else None
+
+    def _compute_device(self, dev: str, tier: RuntimeTier) -> str:
+        """The topology's compute device of a learner: its GPU, or the node's CPU device (the same
+        names the simulator's learners carry)."""
+        if tier.kind is TierKind.HBM:
+            return tier.device
+        return self._cpu_of(self.node) or tier.device
+
     @staticmethod
     def _load_policy(spec: str | Policy, params: Mapping[str, Any] | None,
                      params_file: str | os.PathLike | None) -> Policy:
@@ -264,6 +363,7 @@ class ExperiencePlane:
         policy_version: int,
         chunk_id: Hashable | None = None,
         producer: str = "local",
+        node: str | None = None,
         t_created: float | None = None,
         learner: str | None = None,
         timeout: float | None = None,
@@ -272,14 +372,24 @@ class ExperiencePlane:
     ) -> Hashable:
         """Hand a chunk (``{column: array}``, first dimension = steps) to the plane; returns its id.
 
-        Nothing is stored until the chunk has passed every check; on :class:`PlaneFullError` the
-        caller still owns the chunk and nothing of it is in the plane. ``annotation`` is a small
-        (picklable) object that travels with the chunk, not through the tiers: every batch (and
-        :class:`~conduit.runtime.batch.Peek`) with rows of the chunk carries it in ``annotations``;
-        the plane drops its reference when the chunk leaves.
+        Nothing is stored until the chunk has passed every check, and the auditor hears of it only
+        once its copy has landed. On any error (:class:`PlaneFullError` after ``timeout`` seconds,
+        default the plane's ``ingest_timeout``; a failed copy; the plane closing) the caller still
+        owns the chunk, nothing of it is in the plane, and the same id may be ingested again.
+        ``annotation`` is a small (picklable) object that travels with the chunk, not through the
+        tiers: every batch (and :class:`~conduit.runtime.batch.Peek`) with rows of the chunk carries
+        it in ``annotations``; the plane drops its reference when the chunk leaves. ``node`` is the
+        producer's node in the topology (default: the plane's), what a placement policy sees as
+        :attr:`~conduit.policy.ChunkInfo.node`.
         """
+        timeout = _timeout_arg("timeout", timeout)
+        if node is None:
+            node = self.node
+        elif node not in self.topology.nodes:
+            raise UnknownNameError("node", node, self.topology.nodes)
         steps = self.schema.validate(payload, where=f"chunk {chunk_id!r}" if chunk_id is not None else "chunk")
         t_created = time.time() if t_created is None else float(t_created)
+        version = int(policy_version)
         if checksum is None and self.verify_checksums:
             checksum = checksum_bytes({k: np.asarray(v) for k, v in payload.items()})
         need = self.schema.extent_bytes(steps)
@@ -287,198 +397,242 @@ class ExperiencePlane:
         if need > largest:
             raise CapacityError(f"chunk {chunk_id!r}: {steps} steps need {need} B, more than any tier holds "
                                 f"(largest: {largest} B); split it or raise the plane's capacities")
+        if self.rules.tabled and steps > self.contract.capacity:
+            raise CapacityError(f"chunk {chunk_id!r}: {steps} steps exceed Replay.capacity "
+                                f"{self.contract.capacity}; split it")
         timeout = self.ingest_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        deadline = _deadline(timeout)
         with self._cond:
             self._check_open()
-            if chunk_id is None:
-                chunk_id = f"{producer}-{next(self._chunk_seq)}"
-            elif chunk_id in self._chunks or chunk_id in self._locations:
-                raise ConduitError(f"chunk {chunk_id!r}: a chunk with this id is already in the plane")
             if learner is not None and learner not in self._learners:
                 raise UnknownNameError("learner", learner, list(self._learners))
-            if isinstance(self.contract, Replay):
-                if steps > self.contract.capacity:
-                    raise CapacityError(f"chunk {chunk_id!r}: {steps} steps exceed Replay.capacity "
-                                        f"{self.contract.capacity}; split it")
-                # one predicate, so no other producer is admitted between the check and the counting below
-                self._wait(lambda: self.contract.can_insert(steps, self._inserted, self._delivered)
-                           and self._trim_replay(steps), deadline,
-                           lambda: f"chunk {chunk_id!r}: the replay rate limiter blocked insertion for {timeout:g} s "
-                                   f"(sampled {self._delivered} of {self._inserted} inserted steps; the table's "
-                                   f"oldest chunk may be in use)")
-                self._inserted += steps  # with the auditor's ingested() in _admit, in this same lock hold
-                self._table_steps += steps  # its room in the table, reserved
-                learner = None
-            else:
-                learner = learner or next(self._round_robin)
-            meta = Chunk(chunk_id, producer, self.node, steps, self.schema.payload_bytes(steps),
-                         int(policy_version), t_created, checksum)
-            c = _Chunk(meta, learner, None, annotation=annotation)
-            placed = self._admit(c, deadline, timeout)
-        self._write(c, placed, payload)
+            if chunk_id is None:
+                chunk_id = f"{producer}-{next(self._chunk_seq)}"
+            elif chunk_id in self._chunks or chunk_id in self.ledger or chunk_id in self._dropped_ids \
+                    or chunk_id in self._admitting:
+                raise ConduitError(f"chunk {chunk_id!r}: a chunk with this id is already in the plane")
+            self._admitting.add(chunk_id)  # the id is this call's until it commits or fails
+        adm: _Admission | None = None
+        try:
+            meta = Chunk(chunk_id, producer, node, steps, self.schema.payload_bytes(steps), version,
+                         t_created, checksum)
+            adm = _Admission(_Chunk(meta, learner, None, annotation=annotation))
+            with self._cond:
+                self._check_open()
+                placed = self._admit(adm, deadline, timeout)
+            if placed is not None:
+                self._write(adm, placed, payload)
+        except BaseException as exc:
+            with self._cond:
+                if adm is not None:
+                    self._abort(adm, exc)
+                else:
+                    self._admitting.discard(chunk_id)
+                    self._cond.notify_all()
+            raise
         return chunk_id
 
-    def _admit(self, c: _Chunk, deadline: float, timeout: float) -> tuple[str, BatchBuild | None, int]:
-        """Under the lock: drop-on-arrival, placement, room. Returns ``(tier, build, first_row)``."""
+    def _admit(self, adm: _Admission, deadline: float, timeout: float | None) -> tuple[str, BatchBuild | None, int] | None:
+        """Under the lock: reserve what the chunk needs (table room, placement, rows in a batch or
+        room in a tier). Returns ``(tier, build, first_row)``, or None when the chunk was dropped
+        on arrival (stale: committed at once, nothing to copy)."""
+        c = adm.chunk
         meta = c.meta
-        self.auditor.ingested(meta, time.time())
-        self.metrics_.count("ingested_chunks")
-        self.metrics_.count("ingested_bytes", meta.nbytes)
-        q = self._learners.get(c.learner) if c.learner is not None else None
-        if q is not None and self._stale_on_arrival(q, meta):
-            self.auditor.dropped(meta.id, time.time(), "stale")
-            self.metrics_.count("dropped_stale_samples", meta.steps)
-            self._locations[meta.id] = "dropped"
-            return ("", None, -1)
+        q: _Learner | None = None
+        if self.rules.tabled:
+            steps = meta.steps
+            # one predicate, so no other producer is admitted between the check and the reservation below
+            self._wait(lambda: self.contract.can_insert(steps, self._inserted + self._inserting, self._delivered)
+                       and self._trim_replay(steps), deadline,
+                       lambda: f"chunk {meta.id!r}: the replay rate limiter blocked insertion for {_secs(timeout)} "
+                               f"(sampled {self._delivered} of {self._inserted} inserted steps; the table's "
+                               f"oldest chunk may be in use)")
+            self._inserting += steps  # the limiter's view of it until it commits (or fails)
+            self._table_steps += steps  # its room in the table, reserved
+            adm.table_steps = steps
+            c.learner = None
+        else:
+            c.learner = c.learner or next(self._round_robin)
+            q = self._learners[c.learner]
+            if self._stale_on_arrival(q, meta):
+                self._commit_stale(c)
+                return None
         tier = self._place(c, q)
         if q is not None and tier == q.tier.id:
             self._open_builds(q, meta.policy_version)
             build = self._target_build(q, meta)
-            if build is not None and build.free_rows >= meta.steps:
-                start = self._reserve(q, build, c, meta.steps)
+            if build is not None and build.can_take(meta.steps):
+                start, _ = self._reserve(q, build, c, meta.steps, whole=True)
+                build.inflight += 1
+                adm.build, adm.start = build, start
                 return (tier, build, start)
         extent = self._room(c, tier, deadline, timeout)
         c.extent = extent
         return (extent.tier.id, None, 0)
 
-    def _write(self, c: _Chunk, placed: tuple[str, BatchBuild | None, int], payload: Mapping[str, Any]) -> None:
-        """Outside the lock: the one ingestion copy, then publish the chunk."""
+    def _write(self, adm: _Admission, placed: tuple[str, BatchBuild | None, int], payload: Mapping[str, Any]) -> None:
+        """Outside the lock: the one ingestion copy, then commit the chunk."""
         tier, build, start = placed
-        if start < 0:
-            return
-        src = {k: payload[k] for k in self.schema.names}
+        c = adm.chunk
         meta = c.meta
-        if build is not None:
-            dst_tier = build.extent.tier
-            dst = build.extent.columns()
-            self.engine.run_now(("producer", tier), lambda: self._copy(None, src, 0, meta.steps, dst_tier, dst, start),
-                                cuda=dst_tier.medium.device_side)
-            with self._cond:
-                self._chunks[meta.id] = c
-                self._locations[meta.id] = tier
-                self._filled(build, start, meta.steps)
-                self._pump()
-            return
-        dst_tier = c.extent.tier
-        dst = c.extent.columns()
-        try:
-            self.engine.run_now(("producer", tier), lambda: self._copy(None, src, 0, meta.steps, dst_tier, dst, 0),
-                                cuda=dst_tier.medium.device_side)
-        except BaseException:
-            with self._cond:
-                c.extent.free()
-                if isinstance(self.contract, Replay):
-                    self._table_steps -= meta.steps  # its reserved room
-                self.auditor.dropped(meta.id, time.time(), "ingest-failed")
-                self._cond.notify_all()
-            raise
+        src = {k: payload[k] for k in self.schema.names}
+        target = build.extent if build is not None else c.extent  # neither is freed while this runs
+        dst_tier, dst = target.tier, target.columns()
+        row = start if build is not None else 0
+        self.engine.run_now(("producer", tier), lambda: self._copy(None, src, 0, meta.steps, dst_tier, dst, row),
+                            cuda=dst_tier.medium.device_side)
         with self._cond:
-            self._chunks[meta.id] = c
-            self._locations[meta.id] = tier
-            self._residents[tier][meta.id] = c.extent.nbytes
-            self.auditor.placed(meta.id, tier, c.extent.nbytes, time.time())
-            if isinstance(self.contract, Replay):
-                self._insert_replay(c)
+            self._commit(adm, tier)
+
+    def _commit_stale(self, c: _Chunk) -> None:
+        """Under the lock: a chunk too old for its learner on arrival is ingested and dropped at once."""
+        meta = c.meta
+        now = time.time()
+        self._admitting.discard(meta.id)
+        self.auditor.ingested(meta, now)
+        self.metrics_.count("ingested_chunks")
+        self.metrics_.count("ingested_bytes", meta.nbytes)
+        self.auditor.dropped(meta.id, now, "stale")
+        self.metrics_.count("dropped_stale_samples", meta.steps)
+        self._dropped_ids.add(meta.id)  # the id stays taken (the auditor remembers it)
+
+    def _commit(self, adm: _Admission, tier: str) -> None:
+        """Under the lock: the chunk's copy landed; it is in the plane now and the auditor hears of it."""
+        self._check_open()  # closed (or stopped) while copying: the ingest fails and gives everything back
+        c = adm.chunk
+        meta = c.meta
+        now = time.time()
+        self._admitting.discard(meta.id)
+        self._chunks[meta.id] = c
+        self.auditor.ingested(meta, now)
+        self.metrics_.count("ingested_chunks")
+        self.metrics_.count("ingested_bytes", meta.nbytes)
+        build, adm.build = adm.build, None
+        if build is not None:  # it was written straight into its batch
+            self.ledger.carried(meta.id, tier)
+            build.inflight -= 1
+            if build.dead is not None:  # the batch was discarded while the copy ran: its rows go the same way
+                self.auditor.dropped(meta.id, now, build.dead)
+                self.metrics_.count(f"dropped_{build.dead}_samples", meta.steps)
+                c.builds -= 1  # the discard did not count this chunk: it was not committed then
+                self._settle_build(build)
+                self._maybe_retire(c)
             else:
-                self._learners[c.learner].pending.append(c)
+                self._filled(build, adm.start, meta.steps)
             self._pump()
+            return
+        self.ledger.placed(meta.id, tier, c.extent.nbytes, now)
+        if self.rules.tabled:
+            self._inserting -= adm.table_steps
+            self._inserted += adm.table_steps  # with the auditor's ingested(), in this same lock hold
+            adm.table_steps = 0
+            self._insert_replay(c)
+        else:
+            self._learners[c.learner].pending.append(c)
+        self._pump()
+
+    def _abort(self, adm: _Admission, exc: BaseException) -> None:
+        """Under the lock: an ingest failed before it committed; give back all it reserved."""
+        c = adm.chunk
+        self._admitting.discard(c.meta.id)
+        if adm.table_steps:
+            self._inserting -= adm.table_steps
+            self._table_steps -= adm.table_steps
+            adm.table_steps = 0
+        if c.extent is not None:
+            c.extent.free()
+            c.extent = None
+        build, adm.build = adm.build, None
+        if build is not None:
+            build.inflight -= 1
+            if build.dead is not None:
+                self._settle_build(build)
+            else:
+                build.withdraw(adm.start)
+                build.give_back(adm.start, c.meta.steps)
+                build.whole.discard(c.meta.id)
+                build.annotations.pop(c.meta.id, None)
+        if isinstance(exc, PlaneFullError):
+            self.metrics_.count("refused_full")
+        elif not self._closed and self._error is None:
+            self.metrics_.count("failed_ingests")
+            self._last_ingest_error = repr(exc)
+        self._cond.notify_all()
+        self._pump()  # rows given back in a batch may be filled from what is pending
 
     def _stale_on_arrival(self, q: _Learner, meta: Chunk) -> bool:
-        if isinstance(self.contract, OnPolicy):
-            return meta.policy_version < q.next_update
-        if isinstance(self.contract, BoundedStaleness):
-            return meta.policy_version < self._version - self.contract.max_lag
-        return False
+        return self.rules.stale_on_arrival(meta.policy_version, next_update=q.next_update, current=self._version)
 
     def _place(self, c: _Chunk, q: _Learner | None) -> str:
-        info = ChunkInfo(c.meta.id, self.node, None, float(self.schema.extent_bytes(c.meta.steps)),
-                         c.meta.policy_version, q.model.id if q is not None else None)
-        try:
-            tier = self.policy.placement.place(info, self.view).tier
-            if tier not in self.tiers:
-                raise InvalidDecision(self.policy.placement.name, tier,
-                                      f"no tier {tier!r} on this node; tiers: {sorted(self.tiers)}")
-            return tier
-        except InvalidDecision as exc:
-            self._reject(exc)
-        # the safe default: the consumer's own tier, else the fastest host tier
-        return q.tier.id if q is not None else self._fallback_tiers()[0].id
+        """The tier for a new chunk: the policy's choice as the plane core checks it, or the core's
+        safe default (pinned, then pageable memory on this node)."""
+        meta = c.meta
+        info = ChunkInfo(meta.id, meta.node, self._cpu_of(meta.node), float(meta.nbytes), meta.policy_version,
+                         q.model.id if q is not None else None)
+        return self.arbiter.place(info, self.view, need=float(self.schema.extent_bytes(meta.steps)), node=self.node)
 
-    def _reject(self, exc: InvalidDecision) -> None:
-        self.metrics_.count("rejected_decisions")
-        self._last_rejection = str(exc)
-
-    def _fallback_tiers(self) -> list[RuntimeTier]:
-        return sorted(self.tiers.values(), key=lambda t: SPILL_ORDER.index(t.kind))
-
-    def _room(self, c: _Chunk, tier_id: str, deadline: float, timeout: float) -> Extent:
-        """An extent for the chunk in ``tier_id``; spill, fall back, or wait for room."""
+    def _room(self, c: _Chunk, tier_id: str, deadline: float, timeout: float | None) -> Extent:
+        """An extent for the chunk in ``tier_id``: when the tier is full, the policy's checked spill
+        moves make room; otherwise the producer waits for room (backpressure), up to ``timeout``."""
         steps = c.meta.steps
+        tier = self.tiers[tier_id]
+        need = tier.schema.extent_bytes(steps)
         while True:
-            tier = self.tiers[tier_id]
             extent = tier.allocate(steps)
-            if extent is None and tier.capacity >= tier.schema.extent_bytes(steps):
-                self._spill(tier, tier.schema.extent_bytes(steps))
+            if extent is None and tier.capacity >= need:
+                self._spill(tier, need)
                 extent = tier.allocate(steps)
-            if extent is None:
-                for other in self._fallback_tiers():
-                    if other is not tier and other.kind.value != "hbm":
-                        extent = other.allocate(steps)
-                        if extent is not None:
-                            self.metrics_.count("fallback_placements")
-                            break
             if extent is not None:
                 return extent
             if time.monotonic() >= deadline:
-                self.auditor.dropped(c.meta.id, time.time(), "refused-full")
-                self.metrics_.count("refused_full")
-                self._locations.pop(c.meta.id, None)
-                raise PlaneFullError(
-                    f"chunk {c.meta.id!r} ({c.meta.nbytes} B): no tier had room within {timeout:g} s "
+                raise PlaneFullError(  # counted (refused_full) by the ingest giving its reservations back
+                    f"chunk {c.meta.id!r} ({c.meta.nbytes} B): {tier_id} had no room within {_secs(timeout)} "
                     f"({', '.join(f'{t.id} {t.used}/{t.capacity} B' for t in self.tiers.values())}); "
                     "the chunk was not ingested")
             self.metrics_.count("backpressure_waits")
             self._cond.wait(min(0.05, max(0.0, deadline - time.monotonic())))
             self._check_open()
 
-    def _spill(self, tier: RuntimeTier, need: int) -> None:
-        """Ask the placement policy which residents to move out of a full tier, and move them."""
-        try:
-            moves = list(self.policy.placement.spill(tier.id, need, self.view))
-        except InvalidDecision as exc:
-            self._reject(exc)
-            moves = []
+    def _spill(self, tier: RuntimeTier, nbytes: int) -> None:
+        """Make room for ``nbytes`` in a full tier: the policy's spill moves, as the plane core
+        accepts them, each executed as one copy."""
+        need = tier.used + nbytes - tier.capacity
+        moves = self.arbiter.spill(tier.id, float(need if need > 0 else nbytes), self.view,
+                                   size_in=lambda cid: self.ledger.size_in(cid, tier.id), movable=self._movable)
         for move in moves:
             self._spill_move(tier, move)
 
+    def _movable(self, chunk_id: Hashable) -> bool:
+        c = self._chunks.get(chunk_id)
+        return c is not None and c.extent is not None and c.busy == 0
+
     def _spill_move(self, tier: RuntimeTier, move: Move) -> None:
-        c = self._chunks.get(move.chunk_id)
-        dst = self.tiers.get(move.dst_tier)
-        if c is None or c.extent is None or c.extent.tier is not tier or c.busy or dst is None or dst is tier:
-            self._reject(InvalidDecision(self.policy.placement.name, move,
-                                         "not a resident of the tier being spilled, busy, or an unknown destination"))
-            return
+        c = self._chunks[move.chunk_id]
+        dst = self.tiers[move.dst_tier]
         new = dst.allocate(c.meta.steps)
-        if new is None:
-            self._reject(InvalidDecision(self.policy.placement.name, move, f"{dst.id} has no room"))
+        if new is None:  # room by the books, none in one piece: the chunk stays where it is
+            self.metrics_.count("failed_spills")
+            self._last_spill_error = f"spill of chunk {move.chunk_id!r}: {dst.id} has no contiguous room"
             return
         old = c.extent
-        nbytes = self.engine.run_now((tier.id, dst.id), lambda: copy_rows(
-            old.columns(), slice(0, c.meta.steps), new.columns(), 0) * self.schema.step_bytes,
-            cuda=tier.medium.device_side or dst.medium.device_side)
+        try:  # under the lock: nothing else reads or frees either extent meanwhile
+            nbytes = self.engine.run_now((tier.id, dst.id), lambda: copy_rows(
+                old.columns(), slice(0, c.meta.steps), new.columns(), 0) * self.schema.step_bytes,
+                cuda=tier.medium.device_side or dst.medium.device_side)
+        except Exception as exc:  # noqa: BLE001 - the chunk stays where it was, intact; counted
+            new.free()
+            self.metrics_.count("failed_spills")
+            self._last_spill_error = f"spill of chunk {move.chunk_id!r} to {dst.id} failed: {exc!r}"
+            return
         old.free()
         c.extent = new
-        del self._residents[tier.id][c.meta.id]
-        self._residents[dst.id][c.meta.id] = new.nbytes
-        self._locations[c.meta.id] = dst.id
-        self.auditor.moved(c.meta.id, tier.id, dst.id, new.nbytes, time.time())
+        self.ledger.moved(c.meta.id, dst.id, new.nbytes, time.time())
         self.metrics_.count("spilled_chunks")
         self.metrics_.count("spilled_bytes", nbytes)
 
     # ---------------------------------------------------------------------------- assembly
     def _target_build(self, q: _Learner, meta: Chunk) -> BatchBuild | None:
-        if isinstance(self.contract, OnPolicy):
+        if self.rules.by_version:
             b = q.builds.get(meta.policy_version)
             return b if b is not None and b.free_rows > 0 else None
         for b in q.builds.values():
@@ -486,21 +640,21 @@ class ExperiencePlane:
                 return b
         return None
 
-    def _reserve(self, q: _Learner, build: BatchBuild, c: _Chunk, n: int) -> int:
-        n = min(n, build.free_rows)
-        start = build.reserve(n)
+    def _reserve(self, q: _Learner, build: BatchBuild, c: _Chunk, n: int, whole: bool = False) -> tuple[int, int]:
+        """Rows of ``build`` for the chunk's next (at most ``n``) rows; returns ``(start, rows)``."""
+        start, n = build.take(min(n, c.remaining), whole)
+        if n <= 0:
+            return start, 0
         first, c.next_row = c.next_row, c.next_row + n
-        build.selections.append((c.meta.id, range(first, first + n)))
+        build.add(start, c.meta.id, range(first, first + n), c.meta.t_created, c.meta.policy_version)
         if n == c.meta.steps:
             build.whole.add(c.meta.id)
         if c.annotation is not None:
             build.annotations[c.meta.id] = c.annotation
-        build.created.append(c.meta.t_created)
-        build.versions.append(c.meta.policy_version)
         c.builds += 1
         if c.remaining == 0 and c in q.pending:
             q.pending.remove(c)
-        return start
+        return start, n
 
     def _filled(self, build: BatchBuild, start: int, n: int) -> None:
         """Under the lock: the copy into rows ``[start, start + n)`` of ``build`` finished."""
@@ -521,7 +675,7 @@ class ExperiencePlane:
         limit = max(1, self.prefetch_depth)
         if self.prefetch_depth == 0 and not q.asking:
             return  # depth 0: nothing is assembled before the learner asks
-        if isinstance(self.contract, OnPolicy):
+        if self.rules.by_version:
             versions = {c.meta.policy_version for c in q.pending if c.remaining}
             if arriving is not None:
                 versions.add(arriving)
@@ -532,7 +686,7 @@ class ExperiencePlane:
         for key in keys:
             # OnPolicy: the batch the learner needs next is never starved by batches of later
             # versions that happened to open first (it may go one over the prefetch depth)
-            if len(q.builds) + len(q.ready) >= limit + (isinstance(self.contract, OnPolicy) and key == q.next_update):
+            if len(q.builds) + len(q.ready) >= limit + (self.rules.by_version and key == q.next_update):
                 return
             extent = q.tier.allocate(self.batch_steps)
             if extent is None:
@@ -545,7 +699,7 @@ class ExperiencePlane:
             build.id = ("batch", q.model.id, next(self._ids))
             self.auditor.placed(build.id, q.tier.id, extent.nbytes, time.time())
             q.builds[key] = build
-            if isinstance(self.contract, OnPolicy):
+            if self.rules.by_version:
                 q.opened.add(key)
             else:
                 q.seq += 1
@@ -559,66 +713,124 @@ class ExperiencePlane:
                 q.pending.remove(c)
                 self._maybe_retire(c)
 
+    def _holds_batch(self, q: _Learner) -> bool:
+        """The learner holds a handed-over batch it has not released (its update is running)."""
+        return any(b.learner == q.model.id for b in self._handed)
+
+    def _covered(self, q: _Learner, build: BatchBuild) -> bool:
+        """Per-batch building: every free row of ``build`` has arrived (pending rows cover it)."""
+        key = build.key if self.rules.by_version else None
+        rows = sum(c.remaining for c in q.pending
+                   if c.busy == 0 and (key is None or c.meta.policy_version == key))
+        return rows >= build.free_rows
+
     def _pump(self) -> None:
-        """Under the lock: drop what the contract no longer admits, open batches, start moves."""
-        if self._closed or isinstance(self.contract, Replay):
+        """Under the lock: drop what the contract no longer admits, open batches, start moves.
+
+        What moves when is the plane core's (:meth:`~conduit.plane.Arbiter.plan`): the policy's
+        checked plan, a CPU learner's free run, a waiting learner's forced moves. Path settings:
+        with ``overlap_update`` off nothing is prepared for a learner while it holds a batch; with
+        ``batch_build="per-batch"`` a batch's chunks move together once all of its rows have arrived
+        (the learner builds the whole batch, as in the simulator, with no scheduler); a chunk already
+        in the learner's tier is copied into its batch at once (no link to schedule)."""
+        if self._closed or self.rules.tabled:
             return
+        per_batch = self.path.batch_build == "per-batch"
         pending: dict[str, list[tuple[Hashable, float]]] = {}
+        start: list[tuple[_Learner, _Chunk]] = []
+        asking: list[str] = []
         for q in self._learners.values():
             self._drop_stale(q)
+            if not self.path.overlap_update and self._holds_batch(q):
+                continue  # its update runs: batch k+1 is prepared only after it
             self._open_builds(q)
-            waiting = [(c.meta.id, float(c.remaining * self.schema.step_bytes)) for c in q.pending
-                       if c.remaining and c.busy == 0 and self._target_build(q, c.meta) is not None]
+            waiting = []
+            for c in q.pending:
+                if not c.remaining or c.busy or c.extent is None:
+                    continue
+                build = self._target_build(q, c.meta)
+                if build is None:
+                    continue
+                if per_batch:
+                    if self._covered(q, build):
+                        start.append((q, c))
+                elif c.extent.tier is q.tier:
+                    start.append((q, c))
+                else:
+                    waiting.append((c.meta.id, float(c.remaining * self.schema.step_bytes)))
             if waiting:
                 pending[q.model.id] = waiting
-        if not pending:
-            return
-        approved: set[Hashable] = set()
-        try:
-            moves = list(self.policy.scheduling.plan(pending, self.view))
-        except InvalidDecision as exc:
-            self._reject(exc)
-            moves = []
-        for m in moves:
-            approved.add(m.chunk_id)
-        for lid, items in pending.items():
-            q = self._learners[lid]
-            free_run = q.asking or q.tier.kind is not TierKind.HBM and self.path.overlap_collection
-            for cid, _ in items:
-                c = self._chunks[cid]
-                streamed = q.peeked is not None and self._target_build(q, c.meta) is q.peeked
-                if cid in approved or free_run or streamed or c.tier == q.tier.id:
-                    self._start_move(q, c)
+                if q.asking or q.peeked is not None:
+                    asking.append(q.model.id)
+        if pending:
+            start.extend((self._learners[lid], self._chunks[cid])
+                         for lid, cid in self.arbiter.plan(pending, self.view, asking=asking))
+        if start:
+            self._start_moves(start)
 
-    def _start_move(self, q: _Learner, c: _Chunk) -> None:
-        build = self._target_build(q, c.meta)
-        if build is None or c.extent is None:
-            return
-        n = min(c.remaining, build.free_rows)
-        first = c.next_row
-        start = self._reserve(q, build, c, n)
-        src_extent, dst_extent = c.extent, build.extent
-        c.busy += 1
-        cuda = src_extent.tier.medium.device_side or dst_extent.tier.medium.device_side
+    def _start_moves(self, moves: list[tuple[_Learner, _Chunk]]) -> None:
+        """Under the lock: reserve batch rows for each chunk and submit the copies. Path settings:
+        a chunk of more than ``target_chunk_bytes`` (or with ``split`` > 1) moves in that many
+        pieces, each its own copy (rows land, and stream to a peeking learner, piece by piece);
+        up to ``granularity`` chunks going the same way are coalesced into one copy job."""
+        jobs: dict[tuple[str, str, str], list[list[_Segment]]] = {}
+        for q, c in moves:
+            build = self._target_build(q, c.meta)
+            if build is None or c.extent is None or c.busy:
+                continue
+            first = c.next_row
+            start, n = self._reserve(q, build, c, c.remaining)
+            if n <= 0:
+                continue
+            piece = -(-c.meta.steps // self.path.pieces(float(c.meta.nbytes)))
+            for off in range(0, n, piece):
+                seg = _Segment(c, build, first + off, start + off, min(piece, n - off))
+                c.busy += 1  # its extent is not freed while this copy reads it
+                build.inflight += 1  # nor the batch's while it writes there
+                self.metrics_.count("moves")
+                key = (q.model.id, c.extent.tier.id, build.extent.tier.id)
+                groups = jobs.setdefault(key, [[]])
+                if piece < c.meta.steps or len(groups[-1]) >= self.path.granularity:
+                    groups.append([])
+                groups[-1].append(seg)
+        for (_, src, dst), groups in jobs.items():
+            for segs in groups:
+                if segs:
+                    self._submit(src, dst, segs)
+
+    def _submit(self, src: str, dst: str, segs: list[_Segment]) -> None:
+        """One copy job for ``segs`` (rows of chunks in ``src`` into batches in ``dst``)."""
+        cuda = self.tiers[src].medium.device_side or self.tiers[dst].medium.device_side
+        plan = [(s, s.chunk.extent, s.build.extent) for s in segs]  # neither is freed while this runs
 
         def work() -> int:
-            return self._copy(src_extent.tier, src_extent.columns(), first, n, dst_extent.tier,
-                              dst_extent.columns(), start)
+            return sum(self._copy(a.tier, a.columns(), s.first, s.n, b.tier, b.columns(), s.start)
+                       for s, a, b in plan)
 
         def done(err: BaseException | None) -> None:
             with self._cond:
-                c.busy -= 1
-                if err is not None:
-                    self._error = err
-                    self._cond.notify_all()
-                    return
-                if c.remaining == 0 and c.busy == 0 and c.extent is not None:
-                    self._free_extent(c)
-                self._filled(build, start, n)
-                self._pump()
+                for s in segs:
+                    c, build = s.chunk, s.build
+                    c.busy -= 1
+                    build.inflight -= 1
+                    if build.dead is not None:  # released or discarded meanwhile: only let go of the memory
+                        if err is not None:
+                            self.metrics_.count("failed_copies")
+                        self._settle_build(build)
+                        self._maybe_retire(c)
+                        continue
+                    if err is not None:
+                        self.metrics_.count("failed_copies")
+                        self._error = err
+                        continue
+                    self._filled(build, s.start, s.n)
+                    self._maybe_retire(c)  # its extent goes once every row is out of it
+                self._cond.notify_all()
+                if err is None or all(s.build.dead is not None for s in segs):
+                    self._pump()
 
-        self.metrics_.count("moves")
-        self.engine.submit(CopyJob((src_extent.tier.id, dst_extent.tier.id), work, done, cuda=cuda))
+        self.metrics_.count("copy_jobs")
+        self.engine.submit(CopyJob((src, dst), work, done, cuda=cuda))
 
     def _copy(self, src_tier: RuntimeTier | None, src: Mapping[str, Any], first: int, n: int,
               dst_tier: RuntimeTier, dst: Mapping[str, Any], start: int) -> int:
@@ -647,23 +859,32 @@ class ExperiencePlane:
         return n * step_bytes
 
     def _free_extent(self, c: _Chunk) -> None:
-        tier = c.extent.tier.id
         c.extent.free()
         c.extent = None
-        self._residents[tier].pop(c.meta.id, None)
-        self._locations[c.meta.id] = self._learners[c.learner].tier.id if c.learner else tier
-        self.auditor.evicted(c.meta.id, time.time(), tier)
+        self.ledger.vacated(c.meta.id, time.time(), self._learners[c.learner].tier.id if c.learner else None)
         self._cond.notify_all()
 
     def _maybe_retire(self, c: _Chunk) -> None:
-        """A chunk whose every row is delivered or dropped, and whose batches are released, leaves."""
-        if c.remaining == 0 and c.busy == 0 and c.builds == 0:
-            if c.extent is not None:
-                self._free_extent(c)
-            self.auditor.evicted(c.meta.id, time.time())
+        """Under the lock: a chunk whose every row went into a batch or was dropped gives its extent
+        back once no copy reads it; once its batches are released too, it leaves the plane."""
+        if c.remaining or c.busy:
+            return
+        if c.extent is not None:
+            self._free_extent(c)
+        if c.builds == 0 and c.meta.id in self._chunks:
+            self.ledger.retired(c.meta.id, time.time())
             self._chunks.pop(c.meta.id, None)
-            self._locations.pop(c.meta.id, None)
             c.annotation = None
+
+    def _settle_build(self, build: BatchBuild) -> None:
+        """Under the lock: a released or discarded batch gives its memory back, once no copy runs into it."""
+        if build.inflight or build.freed:
+            return
+        build.freed = True
+        build.extent.free()
+        if not self._finished:
+            self.auditor.evicted(build.id, time.time(), build.extent.tier.id)
+        self._cond.notify_all()
 
     # ---------------------------------------------------------------------------- delivery
     def next_batch(self, learner: str | None = None, *, update: int | None = None,
@@ -673,10 +894,11 @@ class ExperiencePlane:
         Under ``OnPolicy`` it is the batch of ``update`` (default: the learner's next update, which
         starts at the plane's policy version and advances with each release).
         """
+        timeout = _timeout_arg("timeout", timeout)
         learner = learner or next(iter(self._learners))
         if learner not in self._learners:
             raise UnknownNameError("learner", learner, list(self._learners))
-        if isinstance(self.contract, Replay):
+        if self.rules.tabled:
             return self._sample(learner, timeout)
         q = self._learners[learner]
         t_asked = time.time()
@@ -700,7 +922,7 @@ class ExperiencePlane:
             q.model.served()
             if q.peeked is build:
                 q.peeked = None
-            upd = build.key if isinstance(self.contract, OnPolicy) else self._version
+            upd = build.key if self.rules.by_version else self._version
             t_handed = time.time()
             checks = self._checksums(build) if self.verify_checksums else None
             self.auditor.delivered(upd, build.selections, t_handed, checks)
@@ -708,6 +930,7 @@ class ExperiencePlane:
             self.metrics_.count("delivered_batches")
             self.metrics_.count("delivered_samples", build.filled)
             self.last_exposed = exposed
+            self._handed.add(build)
             batch = Batch(self, build, upd, build.extent.columns())
             self._pump()
             return batch
@@ -738,10 +961,11 @@ class ExperiencePlane:
               copy: Callable[[Any], Any] | None = None) -> Peek:
         """:meth:`peek`; ``copy`` (e.g. to host memory) is applied to the rows under the lock, so
         they cannot be reused by a release racing with the caller."""
+        timeout = _timeout_arg("timeout", timeout)
         learner = learner or next(iter(self._learners))
         if learner not in self._learners:
             raise UnknownNameError("learner", learner, list(self._learners))
-        if isinstance(self.contract, Replay):
+        if self.rules.tabled:
             raise ConduitError("peek needs OnPolicy or BoundedStaleness")
         if isinstance(start, bool) or not isinstance(start, int | np.integer) or not 0 <= start <= self.batch_steps:
             raise ConduitError(f"peek: start must be a row in [0, {self.batch_steps}], got {start!r}")
@@ -775,7 +999,7 @@ class ExperiencePlane:
         """Under the lock: the batch a peek reads (and :meth:`next_batch` hands over next), or None yet."""
         if q.peeked is not None:
             return q.peeked
-        if isinstance(self.contract, OnPolicy):
+        if self.rules.by_version:
             build = q.builds.get(q.next_update) or next((b for b in q.ready if b.key == q.next_update), None)
         else:
             floor = self._version - self.contract.max_lag
@@ -787,7 +1011,7 @@ class ExperiencePlane:
 
     def _peek_of(self, q: _Learner, build: BatchBuild | None, start: int, stop: int,
                  copy: Callable[[Any], Any] | None) -> Peek:
-        upd = q.next_update if isinstance(self.contract, OnPolicy) else self._version
+        upd = q.next_update if self.rules.by_version else self._version
         if build is None:
             cols = {c.name: np.empty((0, *c.shape), c.dtype) for c in self.schema.columns}
             return Peek(upd, start, stop, cols, [], {}, False, self.batch_steps)
@@ -796,12 +1020,12 @@ class ExperiencePlane:
             cols = {k: copy(v) for k, v in cols.items()}
         sel = slice_selections(build.selections, start, stop)
         notes = {cid: build.annotations[cid] for cid, _ in sel if cid in build.annotations}
-        return Peek(build.key if isinstance(self.contract, OnPolicy) else upd, start, stop, cols, sel, notes,
+        return Peek(build.key if self.rules.by_version else upd, start, stop, cols, sel, notes,
                     build.complete, build.rows)
 
     def _take_ready(self, q: _Learner) -> BatchBuild | None:
         while q.ready:
-            if isinstance(self.contract, OnPolicy):
+            if self.rules.by_version:
                 for b in q.ready:
                     if b.key == q.next_update:
                         q.ready.remove(b)
@@ -814,19 +1038,15 @@ class ExperiencePlane:
                 q.ready.remove(b)
             else:
                 b = q.ready.popleft()
-            if isinstance(self.contract, BoundedStaleness) and \
-                    min(b.versions) < self._version - self.contract.max_lag:
-                for cid, idx in b.selections:  # went stale while waiting: drop it whole
-                    self.auditor.dropped(cid, time.time(), "stale", idx)
-                self.metrics_.count("dropped_stale_samples", b.filled)
-                self._release(b, None)
+            if self.rules.too_old(b.versions, self._version):
+                self._discard_build(q, b, "stale")  # went stale while waiting: dropped whole
                 continue
             return b
         return None
 
     def _advance_to(self, q: _Learner, update: int | None) -> None:
         """OnPolicy, under the lock: a learner asking for ``update`` (None: its next one)."""
-        if isinstance(self.contract, OnPolicy) and update is not None and update != q.next_update:
+        if self.rules.by_version and update is not None and update != q.next_update:
             if update < q.next_update:
                 raise ConduitError(f"learner {q.model.id!r}: update {update} was already delivered")
             self._skip_to(q, update)
@@ -842,12 +1062,24 @@ class ExperiencePlane:
         self._drop_stale(q)
 
     def _discard_build(self, q: _Learner, build: BatchBuild, reason: str) -> None:
+        """Under the lock: drop a batch that will never be handed over, with the reason.
+
+        Rows of a chunk whose ingestion copy still runs into it are reported by that ingest when
+        it commits (the auditor has not heard of the chunk yet); copies still running into it keep
+        its memory until they end."""
+        now = time.time()
+        n = 0
         for cid, idx in build.selections:
-            self.auditor.dropped(cid, time.time(), reason, idx)
+            if cid not in self._admitting:
+                self.auditor.dropped(cid, now, reason, idx)
+                n += len(idx)
+        if n:
+            self.metrics_.count(f"dropped_{reason}_samples", n)
+        build.dead = reason
         self._release(build, None)
 
     def _missing(self, q: _Learner, timeout: float | None) -> str:
-        what = f"update {q.next_update}" if isinstance(self.contract, OnPolicy) else "its next batch"
+        what = f"update {q.next_update}" if self.rules.by_version else "its next batch"
         have = sum(b.filled for b in q.builds.values())
         pend = sum(c.remaining for c in q.pending)
         return (f"learner {q.model.id!r} waited {timeout:g} s for {what}: {have} of {self.batch_steps} rows "
@@ -865,12 +1097,16 @@ class ExperiencePlane:
 
     def _release(self, build: BatchBuild, update: int | None) -> None:
         with self._cond:
+            if self._finished:
+                return  # after close(): its memory is gone already and the audit is final
             q = self._learners[build.learner]
             if q.peeked is build:
                 q.peeked = None
-            build.extent.free()
-            self.auditor.evicted(build.id, time.time(), build.extent.tier.id)
-            if isinstance(self.contract, Replay):
+            self._handed.discard(build)
+            if build.dead is None:
+                build.dead = "released"
+            self._settle_build(build)  # now, or when the last copy into it ends
+            if self.rules.tabled:
                 if update is not None:
                     self.auditor.consumed(update, time.time())
                 self._cond.notify_all()
@@ -879,14 +1115,14 @@ class ExperiencePlane:
                 c = self._chunks.get(cid)
                 if c is not None:
                     c.builds -= 1
-            if update is not None and isinstance(self.contract, OnPolicy):
+            if update is not None and self.rules.by_version:
                 for c in list(q.pending):  # version-k samples beyond batch k's rows
                     if c.meta.policy_version == update and c.remaining:
                         self.auditor.dropped(c.meta.id, time.time(), "surplus", range(c.next_row, c.meta.steps))
                         self.metrics_.count("dropped_surplus_samples", c.remaining)
                         c.next_row = c.meta.steps
                         q.pending.remove(c)
-                        self._maybe_retire(c)  # none of its rows in a batch: it leaves now (as stale ones do)
+                        self._maybe_retire(c)  # its extent goes now; it leaves once its batches are released
                 q.next_update = max(q.next_update, update + 1)
                 q.opened = {k for k in q.opened if k >= q.next_update}
                 done = self._released.setdefault(update, set())
@@ -925,14 +1161,23 @@ class ExperiencePlane:
         self._cond.notify_all()
 
     def _trim_replay(self, steps: int) -> bool:
-        """Under the lock: evict the oldest chunks until ``steps`` more fit in the table. False (wait)
-        while the oldest is being sampled or the table's contents are still in flight."""
-        while self._table_steps + steps > self.contract.capacity:
-            if not self._table:
-                return False
-            cid, old = next(iter(self._table.items()))
+        """Under the lock: evict the oldest chunks until ``steps`` more fit in the table. False (wait,
+        evicting nothing) while the oldest needed is being sampled, or the room is held by inserts
+        still copying."""
+        excess = self._table_steps + steps - self.contract.capacity
+        if excess <= 0:
+            return True
+        freed = 0
+        for old in self._table.values():  # oldest first: can enough of them go now?
             if old.busy:
                 return False
+            freed += old.meta.steps
+            if freed >= excess:
+                break
+        else:
+            return False
+        while self._table_steps + steps > self.contract.capacity:
+            cid, old = next(iter(self._table.items()))
             self._table.pop(cid)
             self._table_snapshot = None
             self._table_steps -= old.meta.steps
@@ -945,18 +1190,39 @@ class ExperiencePlane:
         q = self._learners[learner]
         n = self.batch_steps
         t_asked = time.time()
-        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        deadline = _deadline(timeout)
+        got: list[Extent] = []
+
+        def allowed() -> bool:
+            return bool(self._table) and self.contract.can_sample(n, self._inserted, self._sampled)
+
+        def ready() -> bool:  # the limiter allows a batch and the learner's tier has room for it
+            if not allowed():
+                return False
+            extent = q.tier.allocate(n)
+            if extent is None:  # the table may fill the learner's tier: spill, as for any batch
+                self._spill(q.tier, q.tier.schema.extent_bytes(n))
+                extent = q.tier.allocate(n)
+            if extent is not None:
+                got.append(extent)
+            return extent is not None
+
+        def why() -> str:
+            if not allowed():
+                return (f"learner {learner!r}: the replay rate limiter allowed no sample within {_secs(timeout)} "
+                        f"({self._inserted} steps inserted, {self._sampled} sampled, min_size {self.contract.min_size})")
+            return (f"learner {learner!r}: no room for a batch of {n} steps in {q.tier.id} within {_secs(timeout)} "
+                    f"({q.tier.used}/{q.tier.capacity} B used)")
+
         with self._cond:
             self._check_open()
             q.model.requested(t_asked)
-            self._wait(lambda: self._table and self.contract.can_sample(n, self._inserted, self._sampled),
-                       deadline, lambda: f"learner {learner!r}: the replay rate limiter allowed no sample within "
-                                         f"{timeout} s ({self._inserted} steps inserted, {self._sampled} sampled, "
-                                         f"min_size {self.contract.min_size})", DeliveryTimeout)
-            extent = q.tier.allocate(n)
-            while extent is None:
-                self._cond.wait(0.05)
-                extent = q.tier.allocate(n)
+            try:
+                self._wait(ready, deadline, why, DeliveryTimeout)
+            except BaseException:
+                q.model.served()
+                raise
+            extent = got[0]
             if self._table_snapshot is None:  # rebuilt only when the table changed since the last sample
                 chunks = list(self._table.values())
                 steps = np.fromiter((c.meta.steps for c in chunks), np.int64, len(chunks))
@@ -971,9 +1237,10 @@ class ExperiencePlane:
             selections = []
             for lo, hi in itertools.pairwise(bounds):
                 c = chunks[int(owner[lo])]
-                c.busy += 1
+                c.busy += 1  # neither evicted nor moved while the copy reads it
                 selections.append((c, rows[lo:hi]))
             self._sampled += n
+            self._sampling += 1  # close() waits for this copy before it frees memory
         build = BatchBuild(learner, -1, extent, n)
         build.id = ("batch", learner, next(self._ids))
         dst = extent.columns()
@@ -981,10 +1248,8 @@ class ExperiencePlane:
         row = 0
         for c, idx in selections:
             by_tier.setdefault(c.extent.tier.id, []).append((c, idx, row))
+            build.add(row, c.meta.id, idx, c.meta.t_created, c.meta.policy_version)
             row += len(idx)
-            build.selections.append((c.meta.id, idx))
-            build.created.append(c.meta.t_created)
-            build.versions.append(c.meta.policy_version)
             if c.annotation is not None:
                 build.annotations[c.meta.id] = c.annotation
 
@@ -992,19 +1257,32 @@ class ExperiencePlane:
             return sum(copy_rows(c.columns(), idx, dst, start) for c, idx, start in parts) \
                 * self.schema.step_bytes
 
+        def give_back() -> None:  # under the lock: the sample failed; nothing of it stays
+            self._sampling -= 1
+            self._sampled -= n
+            for c, _ in selections:
+                c.busy -= 1
+            extent.free()
+            q.model.served()
+            self._cond.notify_all()
+
         try:
             for src_tier, parts in by_tier.items():
                 device_side = q.tier.medium.device_side or parts[0][0].extent.tier.medium.device_side
                 self.engine.run_now((src_tier, q.tier.id), lambda parts=parts: gather(parts), cuda=device_side)
         except BaseException:
             with self._cond:
-                for c, _ in selections:
-                    c.busy -= 1
-                self._cond.notify_all()
+                give_back()
+                self.metrics_.count("failed_samples")
             raise
         build.reserved = build.filled = build.prefix = n
         build.t_ready = time.time()
         with self._cond:
+            if self._closed or self._error is not None:
+                give_back()
+                self._check_open()
+            self._sampling -= 1
+            self._cond.notify_all()
             self.auditor.placed(build.id, q.tier.id, extent.nbytes, time.time())
             q.model.served()
             upd = self._version
@@ -1013,7 +1291,7 @@ class ExperiencePlane:
             self._delivered += n
             for c, _ in selections:  # only now may a producer evict them (after the auditor saw the delivery)
                 c.busy -= 1
-            self._cond.notify_all()
+            self._handed.add(build)
             self.metrics_.update_started(learner, t_asked, build.t_ready, t_handed, [])
             self.metrics_.count("delivered_batches")
             self.metrics_.count("delivered_samples", n)
@@ -1022,12 +1300,13 @@ class ExperiencePlane:
     # ---------------------------------------------------------------------------- helpers
     def _wait(self, ok: Callable[[], bool], deadline: float, message: Callable[[], str],
               error: type[Exception] = PlaneFullError) -> None:
+        """Under the lock: wait until ``ok()``, at most until ``deadline`` (``math.inf``: until close())."""
         while not ok():
+            self._check_open()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise error(message())
             self._cond.wait(min(0.1, left))
-            self._check_open()
 
     def _check_open(self) -> None:
         if self._error is not None:
@@ -1078,6 +1357,8 @@ class ExperiencePlane:
                     time.sleep(0.05)
 
     def _ingest_record(self, ring: Any, rec: Any) -> None:
+        """Ingest one committed ring record; retried while the plane is full (a refused ingest leaves
+        no trace, so the retry with the same id is clean), counted and dropped if refused otherwise."""
         while not self._closed:
             try:
                 self.ingest(rec.columns, policy_version=rec.policy_version, chunk_id=rec.chunk_id,
@@ -1086,9 +1367,11 @@ class ExperiencePlane:
                 break
             except PlaneFullError:
                 continue  # the ring holds the chunk meanwhile: backpressure reaches the producer
-            except ConduitError as exc:
+            except Exception as exc:  # noqa: BLE001 - one bad record must not stop the ring thread; counted
+                if self._closed:
+                    break
                 self.metrics_.count("ring_rejected_chunks")
-                self._last_ring_error = str(exc)
+                self._last_ring_error = str(exc) if isinstance(exc, ConduitError) else repr(exc)
                 break
         ring.release(rec)
 
@@ -1108,12 +1391,23 @@ class ExperiencePlane:
             out["rings"] = {r.spec().producer: {"used": r.used, "capacity": r.capacity,
                                                  "discarded_partial": r.discarded_partial} for r in self._rings}
             out["policy"] = self.policy.describe()
-            out["last_rejection"] = self._last_rejection
+            out["rejections"] = self.rejections.to_dict()  # by reason code, as the simulator's --json
+            out["rejected_decisions"] = self.rejections.total
+            out["forced_moves"] = self.rejections.forced_moves
+            out["last_rejection"] = self.rejections.last
+            out["last_spill_error"] = self._last_spill_error
             out["last_ring_error"] = self._last_ring_error
+            out["last_ingest_error"] = self._last_ingest_error
             return out
 
-    def close(self) -> AuditReport:
-        """Stop, free all memory, and return the final audit."""
+    def close(self, timeout: float = 30.0) -> AuditReport:
+        """Stop, free all memory, and return the final audit.
+
+        Blocked calls wake up and fail (:class:`~conduit.errors.ConduitError`: the plane is closed);
+        copies still running are waited for (up to ``timeout`` seconds) before any memory is freed.
+        Batches assembled but never handed over are dropped as ``shutdown``. Memory a copy still
+        used after the wait is left allocated (``close_copies_running`` in :meth:`metrics`), never
+        freed under it."""
         with self._cond:
             if self._closed:
                 return self.auditor.report()
@@ -1121,21 +1415,57 @@ class ExperiencePlane:
             self._cond.notify_all()
         if self._ring_thread is not None:
             self._ring_thread.join(timeout=5)
-        if hasattr(self, "engine"):
-            self.engine.close()
+        drained = self.engine.close(timeout=timeout)  # runs the copies already queued, their callbacks too
+        end = time.monotonic() + timeout
+        with self._cond:
+            # ingests and replay samples copying now give their memory back when they see the plane closed
+            while (self._admitting or self._sampling) and time.monotonic() < end:
+                self._cond.wait(0.05)
+            builds = [b for q in self._learners.values() for b in [*q.builds.values(), *q.ready]]
+            running = len(self._admitting) + self._sampling + sum(b.inflight for b in builds)
+            now = time.time()
+            for b in builds:  # batches assembled but never handed over: say so
+                n = 0
+                for cid, idx in b.selections:
+                    if cid not in self._admitting:
+                        self.auditor.dropped(cid, now, "shutdown", idx)
+                        n += len(idx)
+                self.metrics_.count("dropped_shutdown_samples", n)
+            report = self.auditor.finish(time.time())
+            self._finished = True
+            quiet = drained and running == 0
+            if quiet:
+                self._free_all(builds)
+            else:
+                self.metrics_.count("close_copies_running", running or 1)
         for ring in self._rings:
             ring.close()
-        with self._lock:
-            if hasattr(self, "auditor"):
-                now = time.time()
-                for q in self._learners.values():  # batches assembled but never handed over: say so
-                    for b in [*q.builds.values(), *q.ready]:
-                        for cid, idx in b.selections:
-                            self.auditor.dropped(cid, now, "shutdown", idx)
-                        self.metrics_.count("dropped_shutdown_samples", b.reserved)
-            report = self.auditor.finish(time.time()) if hasattr(self, "auditor") else None
-        self._machine.close()
+        if quiet:
+            self._machine.close()
         return report
+
+    def _free_all(self, builds: list[BatchBuild]) -> None:
+        """Under the lock, at close and with no copy running: every extent goes back to its tier."""
+        for b in [*builds, *self._handed]:
+            if not b.freed:
+                b.freed = True
+                b.extent.free()
+            b.dead = b.dead or "shutdown"
+        self._handed.clear()
+        for q in self._learners.values():
+            q.builds.clear()
+            q.ready.clear()
+            q.pending.clear()
+            q.peeked = None
+        for c in self._chunks.values():
+            if c.extent is not None:
+                c.extent.free()
+                c.extent = None
+            c.annotation = None
+        self._chunks.clear()
+        self._table.clear()
+        self._table_snapshot = None
+        self.ledger.clear()
 
     def __enter__(self) -> Self:
         return self

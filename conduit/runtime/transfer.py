@@ -15,6 +15,10 @@ sources are first staged through the pinned ring when the path settings ask for 
 Every copy, synchronous or not, is reported to the :class:`~conduit.runtime.estimator.BandwidthEstimator`
 as ``(route, bytes, seconds)``, so the :class:`~conduit.view.ClusterView` the policies read carries
 live bandwidths.
+
+A background job counts as in flight from :meth:`TransferEngine.submit` until its ``done`` callback
+has returned (:attr:`TransferEngine.in_flight`, :meth:`TransferEngine.wait_idle`), so whoever owns
+the memory a job touches knows when nothing of it is left running.
 """
 
 from __future__ import annotations
@@ -105,13 +109,29 @@ class TransferEngine:
         self.busy_s = 0.0
         self.errors = 0
         self._stat_lock = threading.Lock()
+        self._idle = threading.Condition(threading.Lock())
+        self._in_flight = 0  # submitted jobs whose done callback has not returned yet
         for t in self._threads:
             t.start()
 
     def submit(self, job: CopyJob) -> None:
         if self._closed:
             raise RuntimeError("transfer engine is closed")
+        with self._idle:
+            self._in_flight += 1
         self._jobs.put(job)
+
+    @property
+    def in_flight(self) -> int:
+        """Background jobs submitted and not finished (their ``done`` callback included)."""
+        with self._idle:
+            return self._in_flight
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no background job is in flight (jobs that callbacks submit included);
+        False if some still are after ``timeout`` seconds."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
     def run_now(self, route: tuple[str, str], work: Callable[[], int], cuda: bool = False) -> int:
         """Run a copy in the calling thread (ingestion copies), timed like a background one.
@@ -172,15 +192,22 @@ class TransferEngine:
                 import traceback
 
                 traceback.print_exc()
+            finally:
+                with self._idle:
+                    self._in_flight -= 1
+                    if not self._in_flight:
+                        self._idle.notify_all()
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for _ in self._threads:
-            self._jobs.put(None)
+    def close(self, timeout: float = 5.0) -> bool:
+        """Run the jobs already queued, stop the workers; True when all of them stopped within
+        ``timeout`` seconds each (False: a copy is still running and its memory must stay)."""
+        if not self._closed:
+            self._closed = True
+            for _ in self._threads:
+                self._jobs.put(None)
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=timeout)
+        return not any(t.is_alive() for t in self._threads)
 
     def stats(self) -> dict[str, float]:
         with self._stat_lock:

@@ -1,8 +1,8 @@
 """The runtime's :class:`~conduit.view.ClusterView`: live accounting and measured bandwidths.
 
-Tier capacity and occupancy come straight from the allocators (what the plane really holds), chunk
-locations from the plane's index, learner need times from an online model of each learner's cadence
-(an EWMA of the time between its batch requests, as in the simulator), and path speeds from the
+Tier capacity and occupancy come straight from the allocators (what the plane really holds), tier
+residents from the plane core's :class:`~conduit.plane.ChunkLedger` (as in the simulator), learner need times from the plane core's cadence model
+(:class:`~conduit.plane.LearnerCadence`, the same as in the simulator), and path speeds from the
 :class:`~conduit.runtime.estimator.BandwidthEstimator`, i.e. from the copies the plane has made so
 far, seeded with the topology's numbers. A policy therefore decides here from the same kinds of
 facts as in the simulator, only true ones.
@@ -14,47 +14,33 @@ lock, so what a policy sees is consistent for the length of one decision.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import networkx as nx
 
+from conduit.plane.cadence import LearnerCadence
+from conduit.plane.ledger import ChunkLedger
 from conduit.runtime.estimator import BandwidthEstimator
-from conduit.topology.model import DEFAULT_COPY_LAUNCH_OVERHEAD, TierKind, Topology
+from conduit.topology.model import Topology
 from conduit.view import ClusterView, LearnerState, PathState, TierState
 
 if TYPE_CHECKING:
     from conduit.runtime.tiers import RuntimeTier
 
-EWMA = 0.3
 
 
-class LearnerModel:
-    """What the scheduler knows about one learner: its device and its update cadence."""
+class LearnerModel(LearnerCadence):
+    """A runtime learner's cadence (the plane core's model) on the wall clock."""
 
-    def __init__(self, id: str, device: str, node: str, batch_bytes: float):
-        self.id = id
-        self.device = device  # topology device id (gpu0, or the host memory device for a CPU learner)
-        self.node = node
-        self.batch_bytes = batch_bytes
-        self.interval = 0.0
-        self.last_request: float | None = None
-        self.waiting = False
-        self.version = 0
+    def __init__(self, id: str, device: str, node: str | None, batch_bytes: float, tier: str | None = None):
+        super().__init__(id, device, node, tier, batch_bytes)
 
     def requested(self, now: float) -> None:
-        if self.last_request is not None:
-            gap = now - self.last_request
-            self.interval = gap if not self.interval else (1 - EWMA) * self.interval + EWMA * gap
-        self.last_request = now
-        self.waiting = True
+        self.asked(now)
 
-    def served(self) -> None:
-        self.waiting = False
-
-    def state(self) -> LearnerState:
-        need = None if self.waiting or self.last_request is None else self.last_request + self.interval
-        return LearnerState(self.id, self.device, self.node, need, self.interval, self.version, self.batch_bytes)
+    def state(self, now: float | None = None) -> LearnerState:
+        return super().state(time.time() if now is None else now)
 
 
 class _Tiers(Mapping):
@@ -91,20 +77,17 @@ class RuntimeClusterView(ClusterView):
     backend = "runtime"
 
     def __init__(self, topology: Topology, tiers: Mapping[str, RuntimeTier], learners: Mapping[str, LearnerModel],
-                 estimator: BandwidthEstimator, locations: Mapping[Hashable, str],
-                 residents: Mapping[str, Mapping[Hashable, int]], version: callable):
-        self._topology = topology
+                 estimator: BandwidthEstimator, ledger: ChunkLedger, version: Callable[[], int]):
+        self.topology = self._topology = topology
         self._tiers = tiers
         self._learner_models = learners
         self._estimator = estimator
-        self._locations = locations
-        self._residents = residents
+        self._ledger = ledger
         self._version = version
         self._tier_states = _Tiers(self)
         self._learner_states = _Learners(learners)
-        self._hbm = {t.device: t.id for t in tiers.values() if t.kind is TierKind.HBM}
-        self._by_node: dict[tuple, list[str]] = {}
         self._speeds: dict[str, tuple[int, float, float]] = {}
+        self._routes: dict[tuple[str, str], tuple[float, float, int]] = {}
         for a in tiers.values():  # priors: the topology's numbers for every tier pair
             for b in tiers.values():
                 if a is not b:
@@ -152,15 +135,6 @@ class RuntimeClusterView(ClusterView):
         self._speeds[tier.id] = (gen, read, write)
         return read, write
 
-    def tiers_on(self, node, kind=None) -> list[TierState]:
-        """Indexed by (node, kind): placement asks this per chunk."""
-        key = (node, kind.value if hasattr(kind, "value") else kind)
-        ids = self._by_node.get(key)
-        if ids is None:
-            ids = [t.id for t in self._tiers.values() if t.node == node and (kind is None or t.kind.value == key[1])]
-            self._by_node[key] = ids
-        return [self._tier_states[i] for i in ids]
-
     def _measured_speed(self, tier: RuntimeTier) -> tuple[float, float]:
         read, write = tier.read_bandwidth, tier.write_bandwidth
         for other in self._tiers:
@@ -183,24 +157,22 @@ class RuntimeClusterView(ClusterView):
                     est = self._estimator.get(a.id, b.id)
                     if est is not None and (best is None or est.bandwidth > best.bandwidth):
                         best = est
+        bw, lat, hops = self._route(src_device, dst_device)
         if best is None:
-            try:
-                bw, lat, hops = self._topology.widest_shortest_path(src_device, dst_device)
-                return PathState(bw, bw, lat, hops)
-            except (nx.NetworkXException, KeyError):
-                return PathState(10e9, 10e9, 1e-5, 1)
-        return PathState(best.bandwidth, best.bandwidth, best.latency, 1)
+            return PathState(bw, bw, lat, hops)
+        return PathState(best.bandwidth, best.bandwidth, best.latency, hops)
 
-    def location(self, chunk_id: Hashable) -> str | None:
-        return self._locations.get(chunk_id)
+    def _route(self, src_device: str, dst_device: str) -> tuple[float, float, int]:
+        """The topology's route between two devices (cached: the topology never changes)."""
+        key = (src_device, dst_device)
+        route = self._routes.get(key)
+        if route is None:
+            try:
+                route = self._topology.widest_shortest_path(src_device, dst_device)
+            except (nx.NetworkXException, KeyError):
+                route = (10e9, 1e-5, 1)
+            self._routes[key] = route
+        return route
 
     def residents(self, tier: str) -> Sequence[tuple[Hashable, float]]:
-        return list(self._residents.get(tier, {}).items())
-
-    def hbm_of(self, device: str) -> str | None:
-        return self._hbm.get(device)
-
-    def copy_launch_overhead(self, device: str) -> float:
-        dev = self._topology.devices.get(device)
-        return dev.get("copy_launch_overhead", DEFAULT_COPY_LAUNCH_OVERHEAD) if dev is not None \
-            else DEFAULT_COPY_LAUNCH_OVERHEAD
+        return self._ledger.residents(tier)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from conduit.errors import ConduitError
 from conduit.sim.workload import Workload
-from conduit.topology import Topology
+from conduit.topology import TierKind, Topology
 
 
 @dataclass
@@ -32,15 +32,9 @@ class LearnerRole:
     device: str  # GPU, or the CPU device for a CPU learner
     memory: str  # host memory device on its node
     hbm: str | None  # HBM tier id; None for a CPU learner (host memory is its device memory)
+    pinned: str  # the pinned and pageable tiers of ``memory`` (from the topology)
+    pageable: str
     runners: list[RunnerRole] = field(default_factory=list)
-
-    @property
-    def pinned(self) -> str:
-        return f"{self.memory}:pinned"
-
-    @property
-    def pageable(self) -> str:
-        return f"{self.memory}:pageable"
 
     @property
     def device_tier(self) -> str:
@@ -76,6 +70,10 @@ def lay_out(topology: Topology, workload: Workload) -> ClusterLayout:
     gpus = topology.devices_of("gpu")
     hosts = [n for n in nodes if n in memory_of]
 
+    def learner(i: int, device: str, node: str, memory: str) -> LearnerRole:
+        return LearnerRole(f"learner{i}", i, node, device, memory, topology.tier_of(device, TierKind.HBM),
+                           topology.tier_of(memory, TierKind.PINNED), topology.tier_of(memory, TierKind.PAGEABLE))
+
     def memory_near(node: str) -> str:
         if node in memory_of:
             return memory_of[node]
@@ -90,10 +88,7 @@ def lay_out(topology: Topology, workload: Workload) -> ClusterLayout:
             )
         stride = len(gpus) / n_learners
         learner_devices = [gpus[int(i * stride)] for i in range(n_learners)]
-        learners = [
-            LearnerRole(f"learner{i}", i, d.node, d.id, memory_near(d.node), f"{d.id}:hbm")
-            for i, d in enumerate(learner_devices)
-        ]
+        learners = [learner(i, d.id, d.node, memory_near(d.node)) for i, d in enumerate(learner_devices)]
         n_runners = workload.env_runners or max(1, round(workload.runners_per_gpu * len(gpus)))
         stride = len(gpus) / n_runners
         runners = [
@@ -112,14 +107,7 @@ def lay_out(topology: Topology, workload: Workload) -> ClusterLayout:
             raise ConduitError(f"topology {topology.name!r} has neither a GPU nor a CPU with host memory")
         n_learners = workload.learners or 1
         learners = [
-            LearnerRole(
-                f"learner{i}",
-                i,
-                cpus[i % len(cpus)].node,
-                cpus[i % len(cpus)].id,
-                memory_of[cpus[i % len(cpus)].node],
-                None,
-            )
+            learner(i, cpus[i % len(cpus)].id, cpus[i % len(cpus)].node, memory_of[cpus[i % len(cpus)].node])
             for i in range(n_learners)
         ]
         n_runners = workload.env_runners or len(hosts)

@@ -61,19 +61,12 @@ class Recorder:
     chunks: dict[int, ChunkTrace] = field(default_factory=dict)
     updates: list[UpdateTrace] = field(default_factory=list)
     segments: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
-    rejected_decisions: int = 0
-    rejections: list[str] = field(default_factory=list)
     spilled: int = 0
     #: learners update in lockstep (data-parallel); False when each learner runs its own loop
     synchronous: bool = True
 
     def span(self, iteration: int, name: str, start: float, end: float) -> None:
         self.segments[iteration][name] += end - start
-
-    def reject(self, message: str) -> None:
-        self.rejected_decisions += 1
-        if len(self.rejections) < 20:
-            self.rejections.append(message)
 
     # -- summary ----------------------------------------------------------------------------
     def per_update(self, warmup: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -129,7 +122,6 @@ class Recorder:
             "iteration_time_p50_s": float(np.median(iteration)),
             "updates": len({u.update for u in self.updates}),
             "chunks": len(self.chunks),
-            "rejected_decisions": self.rejected_decisions,
             "spilled_chunks": self.spilled,
         }
 

@@ -39,10 +39,7 @@ stock's (we do not assume our batch building is cheaper; we only move it off the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Any
-
-from conduit.errors import ConduitError
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -102,14 +99,3 @@ class PlaneCosts:
     ingest_per_call: float = 20e-6
     #: sampling a replay batch on the device: an index gather; fixed cost of the kernel launches
     device_sample_per_call: float = 50e-6
-
-
-def with_overrides(costs: Any, overrides: dict[str, Any] | None, source: str) -> Any:
-    """``costs`` with fields replaced from a mapping; unknown names are an error naming ``source``."""
-    if not overrides:
-        return costs
-    known = {f.name for f in fields(costs)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ConduitError(f"{source}: unknown cost parameter(s) {unknown}; known: {sorted(known)}")
-    return replace(costs, **{k: float(v) for k, v in overrides.items()})

@@ -1,22 +1,14 @@
-"""``simulate()`` and the ``conduit sim`` command.
+"""``simulate()``: the library function behind ``conduit sim`` (the command is :mod:`conduit.cli.sim`).
 
 ``simulate(topology, workload, policy, ...)`` resolves names (library topology, preset workload,
-registered policy, optional tuned-parameter file) and runs one :class:`~conduit.sim.engine.Simulation`.
-The command prints a readable summary by default, or with ``--json`` the one JSON object DESIGN.md
-fixes (``metrics`` with the four DESIGN.md metrics, ``audit`` with ``violations``).
+registered policy, ``janus-best``) and runs one :class:`~conduit.sim.engine.Simulation`.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-import sys
-from pathlib import Path
 from typing import Any
 
-from conduit.cli import extra_command
 from conduit.errors import ConduitError
-from conduit.units import Kind, format_quantity
 
 DEFAULT_POLICY = "rllib-stock"
 
@@ -45,96 +37,3 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
     else:
         pol = create_policy(policy, **(params or {}))
     return Simulation(topo, wl, pol, iterations=iterations, seed=seed, progress=progress).run()
-
-
-class _Progress:
-    """A one-line progress bar on stderr (only when it is a terminal)."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.last = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        pct = int(100 * done / total)
-        if pct == self.last:
-            return
-        self.last = pct
-        bar = "#" * (pct // 4)
-        sys.stderr.write(f"\r{self.label} [{bar:<25}] {done}/{total}")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
-def cmd_sim(args: argparse.Namespace) -> int:
-    from conduit.sim.metrics import dumps
-
-    if args.iterations < 1:
-        raise ConduitError(f"--iterations must be >= 1, got {args.iterations}")
-    params = None
-    if args.params:
-        from conduit.tuning_file import load_params
-
-        params = load_params(args.params, args.policy)
-    show_progress = not args.json and not args.no_progress and sys.stderr.isatty()
-    progress = _Progress(f"simulating {args.workload} on {args.topology}") if show_progress else None
-    result = simulate(args.topology, args.workload, args.policy, iterations=args.iterations, seed=args.seed,
-                      params=params, progress=progress)
-    written = result.recorder.write_trace(args.trace, tiers=result.tier_trace) if args.trace else []
-    if args.json:
-        print(dumps(result.to_dict()))
-        return 0
-    print_summary(result)
-    for path in written:
-        print(f"trace written: {path}")
-    return 0
-
-
-def print_summary(result) -> None:
-    m = result.metrics
-    print(f"conduit sim: {result.workload.name} ({result.workload.algorithm}) on {result.topology}, "
-          f"policy {result.policy.name}, {result.iterations} iterations, seed {result.seed}")
-    rows = [
-        ("exposed experience-path latency (mean/update)", _t(m["exposed_experience_path_s"])),
-        ("experience path (mean/chunk)", _t(m["experience_path_s"])),
-        ("experience path p99", _t(m["experience_path_p99_s"])),
-        ("iteration time (mean)", _t(m["iteration_time_s"])),
-        ("experience share", f"{100 * m['experience_share']:.2f} %" if not math.isnan(m["experience_share"]) else "n/a"),
-        ("updates / chunks", f"{m['updates']} / {m['chunks']}"),
-        ("rejected policy decisions", str(m["rejected_decisions"])),
-        ("audit violations", f"{result.audit.violations}"),
-    ]
-    width = max(len(r[0]) for r in rows)
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
-    if result.segments:
-        print("  segments per iteration (observed learner / driver):")
-        for name, value in result.segments.items():
-            print(f"    {name:<14} {_t(value)}")
-    if result.link_utilization:
-        top = list(result.link_utilization.items())[:3]
-        print("  busiest links: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in top))
-    if result.audit.violations:
-        print("  audit: " + ", ".join(f"{k}={v}" for k, v in result.audit.by_kind.items() if v))
-    print(f"  simulated {result.sim_time:.3f} s")
-
-
-def _t(seconds: float) -> str:
-    if math.isnan(seconds):
-        return "n/a"
-    return format_quantity(seconds, Kind.TIME) if seconds > 0 else "0 s"
-
-
-@extra_command
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sim", help="simulate a workload's experience path on a topology")
-    p.add_argument("--topology", default="dgx-h100-x2", help="library name or YAML path (default dgx-h100-x2)")
-    p.add_argument("--workload", default="ppo", help="preset name or YAML path (default ppo)")
-    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"registered policy name (default {DEFAULT_POLICY})")
-    p.add_argument("--params", type=Path, help="tuned-parameter file written by 'conduit tune'")
-    p.add_argument("--iterations", type=int, default=10, help="learner updates to simulate (default 10)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print one JSON object (DESIGN.md metrics and audit)")
-    p.add_argument("--trace", type=Path, help="write per-chunk and per-update traces (CSV, or .parquet)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(handler=cmd_sim)

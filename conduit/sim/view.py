@@ -1,15 +1,16 @@
 """The simulator's :class:`~conduit.view.ClusterView`, and the gate through which the scheduling
 policy releases moves.
 
-Tier occupancy comes live from the :class:`~conduit.sim.resources.TierLedger`, path load from the
-flow network (the share a new flow would get on the route's bottleneck), learner need times from an
-online model (EWMA) of how long each learner takes between asking for batches.
+Tier occupancy comes live from the :class:`~conduit.sim.resources.TierLedger`, residents from the
+plane core's :class:`~conduit.plane.ChunkLedger`, path load from the flow network (the share a new
+flow would get on the route's bottleneck), learner need times from the plane core's
+:class:`~conduit.plane.LearnerCadence`.
 
 Scheduling: a chunk that is placed off its learner's device waits at a *gate*. Whenever something
-changes (a chunk is enqueued, a move ends, a learner starts waiting), the policy's ``plan`` is called
-with the pending chunks per learner; the moves it returns open their gates, earliest first. A move to
-anywhere but the learner's device tier is rejected (counted) and opened towards the device anyway, so
-an invalid plan costs time, never data.
+changes (a chunk is enqueued, a move ends, a learner starts waiting), the plane core's
+:meth:`~conduit.plane.Arbiter.plan` asks the policy with the pending chunks per learner and returns
+the checked moves; their gates open in that order (a waiting learner's chunks always move: a policy
+can cost time, never data).
 """
 
 from __future__ import annotations
@@ -19,15 +20,12 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from conduit.policy import InvalidDecision
-from conduit.topology.model import DEFAULT_COPY_LAUNCH_OVERHEAD
+from conduit.plane import LearnerCadence
 from conduit.view import ClusterView, LearnerState, PathState, TierState
 
 if TYPE_CHECKING:
     from conduit.sim.cluster import LearnerRole
     from conduit.sim.engine import Simulation
-
-EWMA = 0.3
 
 
 class _Tiers(Mapping):
@@ -50,24 +48,21 @@ class _Tiers(Mapping):
 
 
 class _Learners(Mapping):
-    """Live LearnerState objects built on access."""
+    """Live LearnerState objects built on access, from each learner's cadence model."""
 
     def __init__(self, view: SimClusterView):
         self._view = view
-        self._roles = {lr.id: lr for lr in view._sim.layout.learners}
 
     def __getitem__(self, key: str) -> LearnerState:
-        v, lr = self._view, self._roles[key]
-        w = v._sim.workload
-        need = None if v._waiting[key] else v._need_at[key]
-        return LearnerState(lr.id, lr.device, lr.node, need, v._interval[key] or w.update_time_per_sample,
-                            v._sim.version, w.train_batch_per_learner * w.bytes_per_step)
+        cadence = self._view.cadence[key]
+        cadence.version = self._view._sim.version
+        return cadence.state(self._view.now)
 
     def __iter__(self):
-        return iter(self._roles)
+        return iter(self._view.cadence)
 
     def __len__(self) -> int:
-        return len(self._roles)
+        return len(self._view.cadence)
 
 
 class SimClusterView(ClusterView):
@@ -75,14 +70,15 @@ class SimClusterView(ClusterView):
 
     def __init__(self, sim: Simulation):
         self._sim = sim
+        self.topology = sim.topology
         self._tiers = _Tiers(sim)
-        self._by_node: dict[tuple, list[str]] = {}
-        self._waiting: dict[str, bool] = {lr.id: False for lr in sim.layout.learners}
-        self._need_at: dict[str, float] = {lr.id: 0.0 for lr in sim.layout.learners}
-        self._interval: dict[str, float] = {lr.id: 0.0 for lr in sim.layout.learners}
-        self._last_need: dict[str, float | None] = {lr.id: None for lr in sim.layout.learners}
+        w = sim.workload
+        self.cadence: dict[str, LearnerCadence] = {
+            lr.id: LearnerCadence(lr.id, lr.device, lr.node, lr.device_tier,
+                                  w.train_batch_per_learner * w.bytes_per_step)
+            for lr in sim.layout.learners
+        }
         self._pending: dict[str, dict[Hashable, tuple[float, simpy.Event]]] = {lr.id: {} for lr in sim.layout.learners}
-        self._roles = {lr.id: lr for lr in sim.layout.learners}
         self._paths: dict[tuple[str, str], tuple[float, list[int]]] = {}
         self._learners = _Learners(self)
         self._has_pending: set[str] = set()
@@ -121,45 +117,16 @@ class SimClusterView(ClusterView):
         share = [max(c - u, c / 2) if u > 0 else c for c, u in zip(caps, used, strict=True)]
         return PathState(float(min(share)), float(caps.min()), latency, len(links))
 
-    def tiers_on(self, node, kind=None) -> list[TierState]:
-        """Indexed by (node, kind): placement asks this per chunk, so no scan of every tier."""
-        key = (node, kind.value if hasattr(kind, "value") else kind)
-        ids = self._by_node.get(key)
-        if ids is None:
-            ids = [t.id for t in self._sim.topology.tiers
-                   if t.node == node and (kind is None or t.kind.value == key[1])]
-            self._by_node[key] = ids
-        return [self._tiers[i] for i in ids]
-
-    def hbm_of(self, device: str) -> str | None:
-        tier = f"{device}:hbm"
-        return tier if tier in self._tiers._static else None
-
-    def location(self, chunk_id: Hashable) -> str | None:
-        return self._sim._location.get(chunk_id)
-
     def residents(self, tier: str) -> Sequence[tuple[Hashable, float]]:
-        chunks = self._sim._chunks
-        return [(cid, chunks[cid].nbytes) for cid, t in self._sim._location.items() if t == tier]
-
-    def copy_launch_overhead(self, device: str) -> float:
-        dev = self._sim.topology.devices.get(device)
-        return dev.get("copy_launch_overhead", DEFAULT_COPY_LAUNCH_OVERHEAD) if dev is not None else DEFAULT_COPY_LAUNCH_OVERHEAD
+        return self._sim.chunk_ledger.residents(tier)
 
     # -- learner need model ------------------------------------------------------------------
     def learner_waiting(self, lr: LearnerRole) -> None:
-        now = self.now
-        last = self._last_need[lr.id]
-        if last is not None:
-            gap = now - last
-            self._interval[lr.id] = gap if not self._interval[lr.id] else (1 - EWMA) * self._interval[lr.id] + EWMA * gap
-        self._last_need[lr.id] = now
-        self._waiting[lr.id] = True
+        self.cadence[lr.id].asked(self.now)
         self._plan()
 
     def learner_busy(self, lr: LearnerRole) -> None:
-        self._waiting[lr.id] = False
-        self._need_at[lr.id] = self.now + self._interval[lr.id]
+        self.cadence[lr.id].served()
 
     # -- the scheduling gate -------------------------------------------------------------------
     def enqueue(self, lr: LearnerRole, cids: list[Hashable], nbytes: float) -> simpy.Event:
@@ -177,23 +144,10 @@ class SimClusterView(ClusterView):
             return
         pending = {lid: [(cid, size) for cid, (size, _) in self._pending[lid].items()]
                    for lid in sorted(self._has_pending)}
-        policy = self._sim.policy.scheduling
-        try:
-            moves = policy.plan(pending, self)
-        except InvalidDecision as exc:
-            self._sim.rec.reject(str(exc))
-            moves = []
-        for move in moves:
-            for lid in pending:
-                p = self._pending[lid]
-                if move.chunk_id in p:
-                    lr = self._roles[lid]
-                    if move.dst_tier != lr.device_tier:
-                        self._sim.rec.reject(str(InvalidDecision(
-                            policy.name, move, f"moves must target the learner's device tier {lr.device_tier!r}")))
-                    _, gate = p.pop(move.chunk_id)
-                    if not p:
-                        self._has_pending.discard(lid)
-                    gate.succeed()
-                    break
-
+        asking = [lid for lid in pending if self.cadence[lid].waiting]
+        for lid, cid in self._sim.arbiter.plan(pending, self, asking=asking):
+            p = self._pending[lid]
+            _, gate = p.pop(cid)
+            if not p:
+                self._has_pending.discard(lid)
+            gate.succeed()

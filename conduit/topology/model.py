@@ -37,6 +37,10 @@ class TierKind(str, Enum):
     NVME = "nvme"
 
 
+SPILL_ORDER = (TierKind.HBM, TierKind.PINNED, TierKind.PAGEABLE, TierKind.NVME)
+"""Tier kinds from fastest to slowest for a learner: the order data spills down."""
+
+
 @dataclass(frozen=True)
 class Device:
     """One piece of hardware. ``attrs`` holds every other field, quantities in base units."""
@@ -94,6 +98,7 @@ class Topology:
         self.graph: nx.Graph = graph
         self.tiers: tuple[MemoryTier, ...] = tuple(_derive_tiers(devices))
         self._tier_index = {t.id: t for t in self.tiers}
+        self._tier_of = {(t.device, t.kind): t.id for t in reversed(self.tiers)}
         self._nodes = sorted({d.node for d in devices if d.node is not None}, key=_natural_key)
 
     def __repr__(self) -> str:
@@ -123,6 +128,11 @@ class Topology:
 
             raise UnknownNameError("tier", tier_id, [t.id for t in self.tiers][:20])
         return tier
+
+    def tier_of(self, device: str, kind: TierKind | str) -> str | None:
+        """The id of ``device``'s tier of ``kind`` (a GPU's HBM, a memory's pinned or pageable
+        part, an NVMe drive), or None when the device has no such tier."""
+        return self._tier_of.get((device, TierKind(kind)))
 
     def widest_shortest_path(self, src: str, dst: str) -> tuple[float, float, int]:
         """Among the hop-count shortest paths from ``src`` to ``dst``, the one whose slowest link is

@@ -1,0 +1,323 @@
+"""DQN in the simulator: replay, by the stock route and by the plane's.
+
+Stock RLlib 2.60 (``dqn.py: DQN.training_step``): runners sample a few steps per call (*a*); the
+driver adds them to its ``EpisodeReplayBuffer`` (``add`` deep-copies), samples a batch per learner
+(``sample``), sends it to the learner (*b*), whose connector (*c*) and pageable copy (*d*) run before
+each update; weights are synced after the updates.
+
+The plane's route: runners stream chunks into per-learner replay tables placed by the policy (HBM
+first, spilling down); the contract's own rate limiter (``can_insert``/``can_sample``) holds the
+replay-ratio band; learners sample on device, prefetching the next batch while the current update
+runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from conduit.chunk import Chunk
+from conduit.sim.cluster import LearnerRole, RunnerRole
+from conduit.sim.metrics import ChunkTrace, UpdateTrace
+
+
+class DqnLoop:
+    """DQN's loop (a mixin of :class:`~conduit.sim.engine.Simulation`)."""
+
+    # ================================================================== DQN (replay)
+    def dqn_loop(self) -> Generator:
+        if self.path.route == "driver":
+            yield from self.stock_dqn()
+        else:
+            yield from self.plane_dqn()
+
+    def _replay_sample(self, buffer: deque, n: int) -> list[tuple[int, np.ndarray]]:
+        """Uniform sampling over resident steps, grouped into per-chunk selections."""
+        steps = self.workload.chunk_steps
+        picks = self.rng.integers(0, len(buffer) * steps, size=n)
+        chunk_pos, idx = np.divmod(picks, steps)
+        out = []
+        for pos in np.unique(chunk_pos):
+            out.append((buffer[int(pos)], idx[chunk_pos == pos]))
+        return out
+
+    def _replay_insert(self, buffer: deque, cid: int) -> None:
+        """The driver's FIFO replay buffer: add, then evict the oldest beyond ``replay_capacity``."""
+        buffer.append(cid)
+        while len(buffer) * self.workload.chunk_steps > self.workload.replay_capacity:
+            self.release(buffer.popleft())
+
+    def stock_dqn(self) -> Generator:
+        """``DQN.training_step``: sample, add, then replay-ratio many updates, then sync weights."""
+        w, s = self.workload, self.stock
+        learners, runners = self.layout.learners, self.layout.runners
+        driver_mem = self.layout.driver_memory
+        buffer: deque[int] = deque()
+        inserted = sampled = 0
+        update = 0
+        t_free = {lr.id: 0.0 for lr in learners}
+        batch_bytes = w.batch_size * w.bytes_per_step
+        while update < self.iterations:
+            it = update
+            t0 = self.env.now
+            sample_procs = [self.env.process(self._dqn_sample(r)) for r in runners]
+            results = yield simpy.AllOf(self.env, sample_procs)
+            self.rec.span(it, "sampling", t0, self.env.now)
+            new = [results[p] for p in sample_procs]
+            last_created = max(self._chunks[c].t_created for c in new)
+            t_a = self.env.now
+            for runner, cid in zip(runners, new, strict=True):
+                yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_bytes))
+                yield from self.place_in(cid, self.host_tier(runner.memory))
+                yield from self.transfer(runner.memory, driver_mem, w.chunk_bytes)
+                yield from self.on_driver(s.rpc_overhead + s.sample_deserialize(w.chunk_episodes, w.chunk_bytes))
+                yield from self.move_to(cid, self.host_tier(driver_mem))
+            self.rec.span(it, "a", t_a, self.env.now)
+            t_add = self.env.now
+            for cid in new:
+                yield from self.on_driver(s.buffer_add_per_call + s.buffer_add_per_step * w.chunk_steps)
+                self._replay_insert(buffer, cid)
+                inserted += w.chunk_steps
+            self.rec.span(it, "buffer_add", t_add, self.env.now)
+            due = 0
+            if inserted >= w.min_size:
+                due = int(max(0, w.replay_ratio * (inserted - w.min_size) - sampled) // (w.batch_size * len(learners)))
+            for _ in range(min(due, self.iterations - update)):
+                t_smp = self.env.now
+                selections = {}
+                for lr in learners:
+                    yield from self.on_driver(s.buffer_sample_per_call)
+                    selections[lr.id] = self._replay_sample(buffer, w.batch_size)
+                    sampled += w.batch_size
+                self.rec.span(update, "buffer_sample", t_smp, self.env.now)
+                t_b = self.env.now
+                prep = [self.env.process(self._stock_dqn_batch(lr, batch_bytes, update, t_b)) for lr in learners]
+                yield simpy.AllOf(self.env, prep)
+                ready = self.env.now
+                for lr in learners:
+                    self.auditor.delivered(update, selections[lr.id], ready)
+                    for cid, _ in selections[lr.id]:
+                        if math.isnan(self.rec.chunks[cid].t_ready):
+                            self.rec.chunks[cid].t_ready = ready
+                u_traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
+                            for lr in learners]
+                yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
+                    w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
+                self.rec.span(update, "update", ready, self.env.now)
+                for u in u_traces:
+                    u.t_end = t_free[u.learner] = self.env.now
+                self.rec.updates.extend(u_traces)
+                self._tick(update)
+                update += 1
+            t_sync = self.env.now
+            yield self.env.timeout(w.weight_sync_time)
+            self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
+            t_over = self.env.now
+            yield from self.on_driver(s.driver_loop_overhead)
+            self.rec.span(max(it, update - 1), "overhead", t_over, self.env.now)
+
+    def _dqn_sample(self, runner: RunnerRole) -> Generator:
+        yield self.env.timeout(self.sample_time(self.workload.fragment_length))
+        chunk, _ = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
+        return chunk.id
+
+    def _stock_dqn_batch(self, lr: LearnerRole, nbytes: float, update: int, t_b: float) -> Generator:
+        """Driver -> learner, connector, to-tensor and pageable copy of one sampled batch. With a
+        local learner (RLlib ``num_learners=0``) it all runs on the driver's thread."""
+        s, w = self.stock, self.workload
+        if w.local_learner:
+            yield from self.on_driver(s.local_call_overhead)
+            t_c = self.env.now
+            yield from self.on_driver(s.connector(w.batch_size / w.steps_per_row, nbytes))
+            t_d = self.env.now
+            yield from self.on_driver(s.to_tensor(nbytes))
+        else:
+            yield from self.on_driver(s.rpc_overhead / 4 + s.shard_serialize(1, nbytes))
+            yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
+            yield from self.cpu(lr.node, s.shard_deserialize(1, nbytes))
+            t_c = self.env.now
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, nbytes))
+            t_d = self.env.now
+            yield from self.cpu(lr.node, s.to_tensor(nbytes))
+        yield from self.copy_to_device(lr, nbytes, pinned=False)
+        if lr.index == 0:
+            self.rec.span(update, "b", t_b, t_c)
+            self.rec.span(update, "c", t_c, t_d)
+            self.rec.span(update, "d", t_d, self.env.now)
+
+    def plane_dqn(self) -> Generator:
+        """The plane's replay: runners stream chunks into a replay table placed by the policy (HBM
+        first, spilling down); the contract's own rate limiter (``can_insert``/``can_sample``) holds
+        the replay-ratio band; learners sample on device, prefetching the next batch while the
+        current update runs."""
+        learners = self.layout.learners
+        self.rec.synchronous = False  # each learner samples its own table at its own pace
+        self._replay = {lr.id: deque() for lr in learners}
+        self._limiter = _RateLimiter(self.env, self.contract)
+        self._replay_inflight = {lr.id: 0 for lr in learners}
+        self._table_changed = {lr.id: self.env.event() for lr in learners}
+        self._stop = False
+        for r in self.layout.runners:
+            self.env.process(self.plane_dqn_runner(r))
+        procs = [self.env.process(self.plane_dqn_learner(lr)) for lr in learners]
+        yield simpy.AllOf(self.env, procs)
+        self._stop = True
+
+    def _replay_notify(self, lid: str) -> None:
+        event, self._table_changed[lid] = self._table_changed[lid], self.env.event()
+        event.succeed()
+
+    def plane_dqn_runner(self, runner: RunnerRole) -> Generator:
+        w = self.workload
+        i = 0
+        group: list[tuple[Chunk, ChunkTrace]] = []
+        while not self._stop:
+            yield self.env.timeout(self.sample_time(w.fragment_length))
+            lr = self.layout.target(runner, i // self.path.granularity)
+            i += 1
+            # rate limiter, insert side: the runner blocks (backpressure) rather than run ahead; a
+            # runner about to block first hands over what it is coalescing, or learners could
+            # starve on chunks the limiter has already counted as inserted
+            if group and self._limiter.would_block_insert(w.chunk_steps):
+                self.env.process(self._replay_ingest(runner, self._learner(group[0][1].learner), group))
+                group = []
+            yield from self._limiter.insert(w.chunk_steps)
+            if self._stop:
+                return
+            self._replay_make_room(lr.id)  # evict before ingesting: live + in flight <= capacity
+            self._replay_inflight[lr.id] += 1
+            group.append(self.new_chunk(runner, lr, self.version))
+            if len(group) >= self.path.granularity:
+                insert = self.env.process(self._replay_ingest(runner, lr, group))
+                group = []
+                if not self.path.overlap_collection:  # the runner waits for its chunks to be collected
+                    yield insert
+
+    def _replay_ingest(self, runner: RunnerRole, lr: LearnerRole, group: list) -> Generator:
+        yield from self.direct_group(runner, lr, group, None)
+        for chunk, _ in group:
+            self._replay_inflight[lr.id] -= 1
+            self._replay[lr.id].append(chunk.id)
+        self._replay_notify(lr.id)
+
+    def _replay_make_room(self, lid: str) -> None:
+        """Evict the oldest resident chunks of a table until one more chunk fits its share of the
+        contract's capacity, counting chunks still in flight to it (they are live once ingested)."""
+        table, steps = self._replay[lid], self.workload.chunk_steps
+        share = self.workload.replay_capacity / len(self._replay)
+        while table and (len(table) + self._replay_inflight[lid] + 1) * steps > share:
+            self.release(table.popleft())
+
+    def plane_dqn_learner(self, lr: LearnerRole) -> Generator:
+        w = self.workload
+        t_free = 0.0
+        prefetched: tuple | None = None
+        for update in range(self.iterations):
+            if prefetched is None:
+                prefetched = yield from self._plane_dqn_fetch(lr, update)
+            _, last_created, ready = prefetched  # delivered (audited) when it was sampled
+            prefetched = None
+            t_start = max(self.env.now, ready)
+            trace = UpdateTrace(update, lr.id, w.batch_size, t_free, last_created, ready, t_start, math.nan)
+            run = self.env.process(self.compute[lr.device].run(w.update_overhead + w.batch_size * w.update_time_per_sample))
+            if self.path.overlap_update and update + 1 < self.iterations:
+                fetch = self.env.process(self._plane_dqn_fetch(lr, update + 1))
+                yield run
+                trace.t_end = t_free = self.env.now
+                prefetched = yield fetch
+            else:
+                yield run
+                trace.t_end = t_free = self.env.now
+            self.rec.updates.append(trace)
+            self.rec.span(update, "update", t_start, trace.t_end)
+            if lr.index == 0:
+                self._tick(update)
+            if (update + 1) % w.broadcast_interval == 0:
+                yield self.env.timeout(w.weight_sync_time)  # the learner's own broadcast step
+
+    def _plane_dqn_fetch(self, lr: LearnerRole, update: int) -> Generator:
+        """Sample a batch for ``update`` (delivered to the learner now, as the limiter counts it)."""
+        w = self.workload
+        while not self._replay[lr.id]:
+            yield self._table_changed[lr.id]
+        yield from self._limiter.sample(w.batch_size)
+        last_created = self._chunks[self._replay[lr.id][-1]].t_created
+        selections = self._replay_sample(self._replay[lr.id], w.batch_size)
+        self.auditor.delivered(update, selections, self.env.now)
+        # gather: samples living off-device are copied in; on-device ones are an index gather
+        yield self.env.timeout(self.plane.device_sample_per_call)
+        by_tier: dict[str, float] = {}
+        for cid, idx in selections:
+            tier = self.chunk_ledger.location(cid)
+            if tier is not None and tier != lr.device_tier:
+                by_tier[tier] = by_tier.get(tier, 0.0) + len(idx) * w.bytes_per_step
+        yield from self._copy_in(lr, by_tier)
+        if self.path.batch_build == "per-batch":  # the framework's connector over the sampled batch
+            s = self.stock
+            nbytes = w.batch_size * w.bytes_per_step
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, nbytes) + s.to_tensor(nbytes))
+        for cid, _ in selections:
+            trace = self.rec.chunks[cid]
+            if math.isnan(trace.t_ready):
+                trace.t_ready = self.env.now
+        return selections, last_created, self.env.now
+
+
+class _RateLimiter:
+    """The Replay contract's rate limiter, shared by all runners and learners of a run.
+
+    ``insert(n)``/``sample(n)`` return at once when the contract allows the step, and otherwise
+    queue the caller (FIFO per side). Every admitted step wakes at most the queued callers the new
+    counts admit, one at a time, so a thousand blocked learners cost nothing until they can go —
+    no thundering herd. Counts are taken when a step is admitted, exactly as the auditor sees them.
+    """
+
+    def __init__(self, env: simpy.Environment, contract: Any):
+        self.env, self.contract = env, contract
+        self.inserted = 0
+        self.sampled = 0
+        self._inserters: deque[tuple[int, simpy.Event]] = deque()
+        self._samplers: deque[tuple[int, simpy.Event]] = deque()
+
+    def would_block_insert(self, n: int) -> bool:
+        return bool(self._inserters) or not self.contract.can_insert(n, self.inserted, self.sampled)
+
+    def insert(self, n: int) -> Generator:
+        if self._inserters or not self.contract.can_insert(n, self.inserted, self.sampled):
+            gate = self.env.event()
+            self._inserters.append((n, gate))
+            self._wake()
+            yield gate
+        else:
+            self.inserted += n
+            self._wake()
+
+    def sample(self, n: int) -> Generator:
+        if self._samplers or not self.contract.can_sample(n, self.inserted, self.sampled):
+            gate = self.env.event()
+            self._samplers.append((n, gate))
+            self._wake()
+            yield gate
+        else:
+            self.sampled += n
+            self._wake()
+
+    def _wake(self) -> None:
+        progress = True
+        while progress:
+            progress = False
+            if self._samplers and self.contract.can_sample(self._samplers[0][0], self.inserted, self.sampled):
+                n, gate = self._samplers.popleft()
+                self.sampled += n
+                gate.succeed()
+                progress = True
+            if self._inserters and self.contract.can_insert(self._inserters[0][0], self.inserted, self.sampled):
+                n, gate = self._inserters.popleft()
+                self.inserted += n
+                gate.succeed()
+                progress = True

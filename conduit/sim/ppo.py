@@ -1,0 +1,296 @@
+"""PPO in the simulator: the synchronous on-policy loop, by the stock route and by the plane's.
+
+Stock RLlib 2.60 (``ppo.py: PPO.training_step``), step by step: ``synchronous_parallel_sample``
+blocks until every EnvRunner's ``sample()`` returns; episodes are serialized on the runner, fetched
+and deserialized in the driver (segment *a*; ``ray.get`` in
+``FaultTolerantActorManager.foreach_actor``), driver bookkeeping (*a2*), then ``LearnerGroup.update``
+shards the episodes and sends one shard per learner actor (*b*: serialize in the driver, RPC,
+deserialize in the learner). In the learner, ``Learner._make_batch_if_necessary`` runs the learner
+connector pipeline over the whole batch (*c*), ``NumpyToTensor`` plus a pageable host->device copy
+(*d*; RLlib does not pin), and ``GeneralAdvantageEstimation`` runs the value function over the whole
+batch (*gae*). All of it after sampling, before the update.
+
+The plane's route: runners hand their fragments (in ``split`` pieces) straight to the plane
+(:class:`~conduit.sim.direct.DirectRoute`); each learner's batch is ready when every chunk it is owed
+has arrived, been built and value-passed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
+import simpy
+
+from conduit.chunk import Chunk
+from conduit.sim.cluster import LearnerRole, RunnerRole
+from conduit.sim.metrics import ChunkTrace, UpdateTrace
+
+if TYPE_CHECKING:
+    from conduit.sim.engine import Simulation
+
+
+class PpoLoop:
+    """PPO's loop (a mixin of :class:`~conduit.sim.engine.Simulation`)."""
+
+    # ================================================================== PPO (synchronous, on-policy)
+    def ppo_loop(self) -> Generator:
+        w = self.workload
+        learners = self.layout.learners
+        per_learner = math.ceil(w.train_batch_per_learner / w.chunk_steps)
+        chunks_total = len(learners) * per_learner  # every learner gets the same batch
+        runners = self.layout.runners
+        per_runner = [chunks_total // len(runners) + (1 if j < chunks_total % len(runners) else 0)
+                      for j in range(len(runners))]
+        plan = self._ppo_plan(runners, learners, per_runner, per_learner)
+        expected = {lr.id: 0 for lr in learners}
+        for targets in plan.values():
+            for lr in targets:
+                expected[lr.id] += 1
+        t_free = {lr.id: 0.0 for lr in learners}
+        for k in range(self.iterations):
+            self.version = k
+            t0 = self.env.now
+            state = _PpoIteration(self, k, learners, expected)
+            procs = [self.env.process(self.ppo_runner(r, plan[r.id], state)) for r in runners]
+            if self.path.route == "driver":
+                self.env.process(self.stock_ppo_driver(state, procs))
+            batch_ready = [self.env.process(self.ppo_learner_batch(lr, state)) for lr in learners]
+            yield simpy.AllOf(self.env, procs)
+            self.rec.span(k, "sampling", t0, state.t_sampling_done)
+            yield simpy.AllOf(self.env, batch_ready)
+            t_update = self.env.now
+            updates = []
+            for lr in learners:
+                ready = state.batch_ready_at[lr.id]
+                # through the driver, a learner's shard exists only once the driver holds the whole
+                # sample: every learner needs the iteration's last chunk (a conservative reading
+                # for the baseline: it never charges stock for other runners' sampling)
+                needed = state.t_sampling_done if self.path.route == "driver" else state.last_created[lr.id]
+                updates.append(UpdateTrace(k, lr.id, state.samples[lr.id], t_free[lr.id],
+                                           needed, ready, t_update, math.nan))
+                self.auditor.delivered(k, [(c, range(w.chunk_steps)) for c in state.assigned[lr.id]], ready,
+                                       checksums={c: self._checksum(c) for c in state.assigned[lr.id]})
+            yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
+                w.update_overhead + w.epochs * state.samples[lr.id] * w.update_time_per_sample)) for lr in learners])
+            self.rec.span(k, "update", t_update, self.env.now)
+            for u in updates:
+                u.t_end = self.env.now
+                t_free[u.learner] = self.env.now
+            for lr in learners:
+                self.view.learner_busy(lr)
+            self.rec.updates.extend(updates)
+            self.auditor.consumed(k, self.env.now)
+            for cids in state.assigned.values():
+                for cid in cids:
+                    self.release(cid)
+            t_sync = self.env.now
+            yield self.env.timeout(w.weight_sync_time)
+            self.rec.span(k, "weight_sync", t_sync, self.env.now)
+            self._tick(k)
+
+    def _ppo_plan(self, runners: list[RunnerRole], learners: list[LearnerRole], per_runner: list[int],
+                  per_learner: int) -> dict[str, list[LearnerRole]]:
+        """Which learner each chunk of each runner goes to, fixed up front; every learner gets
+        exactly ``per_learner`` chunks.
+
+        The driver shards the gathered episodes evenly, so every shard mixes every runner's early
+        and late episodes (chunk i of runner j -> learner (i * runners + j) mod learners). The plane
+        keeps data local and spread in time: chunk slots are visited in production order (the i-th
+        chunk of every runner, then the next), and each goes to a learner that still needs chunks —
+        one the runner feeds, else one on its node, else any — preferring a learner that got nothing
+        else in this slot (chunks finished together should not queue for one learner's GPU), then the
+        one the runner feeds first."""
+        if self.path.route == "driver":
+            return {r.id: [learners[(i * len(runners) + j) % len(learners)] for i in range(per_runner[j])]
+                    for j, r in enumerate(runners)}
+        need = {lr.id: per_learner for lr in learners}
+        last_slot = {lr.id: -1 for lr in learners}
+        plan: dict[str, list[LearnerRole]] = {r.id: [] for r in runners}
+        for i in range(max(per_runner, default=0)):
+            for j, runner in enumerate(runners):
+                if i >= per_runner[j]:
+                    continue
+                fed = self.layout.feeds[runner.id]
+                choice = None
+                for pool in (fed, [lr for lr in learners if lr.node == runner.node], learners):
+                    open_ = [lr for lr in pool if need[lr.id] > 0]
+                    if open_:
+                        choice = min(open_, key=lambda lr: last_slot[lr.id] == i)
+                        break
+                need[choice.id] -= 1
+                last_slot[choice.id] = i
+                plan[runner.id].append(choice)
+        return plan
+
+    def _learner(self, lid: str) -> LearnerRole:
+        return self._learners_by_id[lid]
+
+    @staticmethod
+    def _checksum(cid: int) -> int:
+        """A chunk's stand-in checksum (the simulator moves no bytes): ingested and delivered
+        checksums are computed alike, so the auditor's bytes-changed check runs on every delivery."""
+        return (cid * 2654435761) & 0xFFFFFFFF
+
+    def ppo_runner(self, runner: RunnerRole, targets: list[LearnerRole], state: _PpoIteration) -> Generator:
+        w = self.workload
+        group: list[tuple[Chunk, ChunkTrace]] = []
+        n_chunks = len(targets)
+        for i, target in enumerate(targets):
+            yield self.env.timeout(self.sample_time(w.fragment_length))
+            chunk, trace = self.new_chunk(runner, target, state.k)
+            state.expect(target, chunk)
+            if self.path.route == "direct":
+                if group and group[0][1].learner != target.id:
+                    self.env.process(self.direct_group(runner, self._learner(group[0][1].learner), group, state))
+                    group = []
+                group.append((chunk, trace))
+                if len(group) >= self.path.granularity or i == n_chunks - 1:
+                    self.env.process(self.direct_group(runner, target, group, state))
+                    group = []
+            else:
+                state.runner_chunks[runner.id].append(chunk)
+        state.runner_done(runner.id, self.env.now)
+
+    # ---- stock PPO: everything through the driver, after sampling
+    def stock_ppo_driver(self, state: _PpoIteration, runner_procs: list) -> Generator:
+        k, s, w = state.k, self.stock, self.workload
+        driver_mem = self.layout.driver_memory
+        fetches = [self.env.process(self.stock_fetch_result(r, state, driver_mem))
+                   for r in self.layout.runners]
+        yield simpy.AllOf(self.env, runner_procs)
+        t_a = self.env.now
+        yield simpy.AllOf(self.env, fetches)
+        self.rec.span(k, "a", t_a, self.env.now - len(self.layout.runners) * s.driver_bookkeeping)
+        t_b = self.env.now
+        sends = []
+        for lr in state.learners:
+            cids = state.assigned[lr.id]
+            nbytes = len(cids) * w.chunk_bytes
+            episodes = len(cids) * w.chunk_episodes
+            yield from self.on_driver(s.rpc_overhead + s.shard_serialize(episodes, nbytes))
+            sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
+        yield simpy.AllOf(self.env, sends)
+
+    def stock_fetch_result(self, runner: RunnerRole, state: _PpoIteration, driver_mem: str) -> Generator:
+        """EnvRunner.sample() returns: serialize on the runner, move, ``ray.get`` in the driver."""
+        w, s = self.workload, self.stock
+        yield state.runner_done_event[runner.id]
+        cids = [c.id for c in state.runner_chunks[runner.id]]
+        if not cids:
+            return
+        nbytes, episodes = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes
+        yield from self.cpu(runner.node, s.sample_serialize(episodes, nbytes))
+        for cid in cids:
+            yield from self.place_in(cid, self.host_tier(runner.memory))
+        yield from self.transfer(runner.memory, driver_mem, nbytes)
+        for cid in cids:
+            yield from self.move_to(cid, self.host_tier(driver_mem))
+        yield from self.on_driver(s.rpc_overhead / 2 + s.sample_deserialize(episodes, nbytes))
+        yield from self.on_driver(s.driver_bookkeeping)
+        self.rec.span(state.k, "a2", 0.0, s.driver_bookkeeping)  # its own work; queueing is in a
+
+    def stock_deliver_shard(self, lr: LearnerRole, cids: list[int], nbytes: float, episodes: float,
+                            state: _PpoIteration, t_b: float) -> Generator:
+        s, w, k = self.stock, self.workload, state.k
+        yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
+        yield from self.cpu(lr.node, s.shard_deserialize(episodes, nbytes))
+        for cid in cids:
+            yield from self.move_to(cid, lr.pageable)
+        observed = lr.index == 0
+        if observed:
+            self.rec.span(k, "b", t_b, self.env.now)
+        t_c = self.env.now
+        samples = len(cids) * w.chunk_steps
+        yield from self.cpu(lr.node, s.connector(samples / w.steps_per_row, nbytes))
+        t_d = self.env.now
+        yield from self.cpu(lr.node, s.to_tensor(nbytes))
+        yield from self.copy_to_device(lr, nbytes, pinned=False)
+        for cid in cids:
+            yield from self.move_to(cid, lr.device_tier)
+        t_gae = self.env.now
+        yield from self.compute[lr.device].run(samples * w.value_pass_per_sample)
+        if observed:
+            self.rec.span(k, "c", t_c, t_d)
+            self.rec.span(k, "d", t_d, t_gae)
+            self.rec.span(k, "gae", t_gae, self.env.now)
+        for cid in cids:
+            self.rec.chunks[cid].t_ready = self.env.now
+        state.chunks_ready(lr, len(cids))
+
+    def ppo_learner_batch(self, lr: LearnerRole, state: _PpoIteration) -> Generator:
+        """Wait for a learner's batch. For per-batch building on the direct path, build it here.
+
+        The learner asks for its batch once every chunk it is owed has been produced; it does not
+        wait for other learners' data (that wait is the synchronous update barrier, not its
+        experience path)."""
+        yield state.all_created[lr.id]
+        self.view.learner_waiting(lr)
+        if self.path.route == "direct" and self.path.batch_build == "per-batch":
+            yield state.all_arrived_host[lr.id]
+            cids = state.assigned[lr.id]
+            yield from self._build_batch_on_learner(lr, cids)
+            yield from self.compute[lr.device].run(len(cids) * self.workload.chunk_steps * self.workload.value_pass_per_sample)
+            for cid in cids:
+                self.rec.chunks[cid].t_ready = self.env.now
+            state.chunks_ready(lr, len(cids))
+        yield state.all_ready[lr.id]
+        # device-side batch assembly: one pass over the batch in HBM
+        gpu = self.topology.devices.get(lr.device)
+        hbm_bw = gpu.get("memory_bandwidth", 1e12) if gpu is not None and gpu.kind == "gpu" else 10e9
+        yield self.env.timeout(len(state.assigned[lr.id]) * self.workload.chunk_bytes / hbm_bw)
+        state.batch_ready_at[lr.id] = self.env.now
+
+
+class _PpoIteration:
+    """Book-keeping of one synchronous PPO iteration: which chunks go to which learner (``expected``
+    counts are fixed up front), and events that fire when all of a learner's chunks are created,
+    have arrived in host memory (per-batch building), and are ready on its device."""
+
+    def __init__(self, sim: Simulation, k: int, learners: list[LearnerRole], expected: dict[str, int]):
+        self.k, self.learners = k, learners
+        env = sim.env
+        self.expected = expected
+        self.assigned: dict[str, list[int]] = {lr.id: [] for lr in learners}
+        self.last_created = {lr.id: 0.0 for lr in learners}
+        self.samples = {lr.id: 0 for lr in learners}
+        self.ready_count = {lr.id: 0 for lr in learners}
+        self.host_count = {lr.id: 0 for lr in learners}
+        self.all_created = {lr.id: env.event() for lr in learners}
+        self.all_ready = {lr.id: env.event() for lr in learners}
+        self.all_arrived_host = {lr.id: env.event() for lr in learners}
+        self.batch_ready_at = {lr.id: math.nan for lr in learners}
+        self.sampling_done = env.event()
+        self.t_sampling_done = math.nan
+        self.runner_chunks = {r.id: [] for r in sim.layout.runners}
+        self.runner_done_event = {r.id: env.event() for r in sim.layout.runners}
+        self._runners_left = len(sim.layout.runners)
+        for lr in learners:
+            if expected[lr.id] == 0:
+                for event in (self.all_created[lr.id], self.all_ready[lr.id], self.all_arrived_host[lr.id]):
+                    event.succeed()
+
+    def expect(self, lr: LearnerRole, chunk: Chunk) -> None:
+        self.assigned[lr.id].append(chunk.id)
+        self.samples[lr.id] += chunk.steps
+        self.last_created[lr.id] = max(self.last_created[lr.id], chunk.t_created)
+        if len(self.assigned[lr.id]) == self.expected[lr.id]:
+            self.all_created[lr.id].succeed()
+
+    def runner_done(self, runner_id: str, t: float) -> None:
+        self.runner_done_event[runner_id].succeed()
+        self._runners_left -= 1
+        if self._runners_left == 0:
+            self.t_sampling_done = t
+            self.sampling_done.succeed()
+
+    def chunks_ready(self, lr: LearnerRole, n: int) -> None:
+        self.ready_count[lr.id] += n
+        if self.ready_count[lr.id] >= self.expected[lr.id] and not self.all_ready[lr.id].triggered:
+            self.all_ready[lr.id].succeed()
+
+    def host_arrived(self, lr: LearnerRole, n: int) -> None:
+        self.host_count[lr.id] += n
+        if self.host_count[lr.id] >= self.expected[lr.id] and not self.all_arrived_host[lr.id].triggered:
+            self.all_arrived_host[lr.id].succeed()
