@@ -1252,3 +1252,116 @@ def test_replay_sampling_is_deterministic_for_a_seed():
     first = draws(7)
     assert draws(7) == first
     assert draws(8) != first
+
+
+# ---------------------------------------------------------------- path settings, executed as in the simulator
+
+STEP_SCHEMA = Schema.of({"x": ((128,), "uint8")})  # 128 B a step
+
+
+def _path_policy(**path):
+    """Chunks placed on NVMe (off a CPU learner's tier, so every move into a batch is a real move),
+    deadline prefetch, and the given path settings."""
+    from conduit.policies.components import EarliestDeadlineFirst, TierPreference
+    from conduit.policy import PathSettings, Policy
+    from conduit.topology.model import TierKind
+
+    return Policy("path-probe", TierPreference((TierKind.NVME,), name="nvme-first"),
+                  EarliestDeadlineFirst(depth=2), PathSettings(**path))
+
+
+def _moved(plane: ExperiencePlane) -> tuple[int, int]:
+    assert plane.engine.wait_idle(5)
+    with plane._lock:
+        return plane.metrics_.counters.get("moves", 0), plane.metrics_.counters.get("copy_jobs", 0)
+
+
+@pytest.mark.parametrize("batch_build", ["per-chunk", "per-batch"])
+def test_batch_build_per_batch_moves_a_batch_only_once_all_its_rows_arrived(batch_build):
+    policy = _path_policy(batch_build=batch_build, prefetch_depth=1)
+    with ExperiencePlane(STEP_SCHEMA, OnPolicy(), batch_steps=8, policy=policy, capacities=SMALL) as plane:
+        for i in range(2):
+            plane.ingest(make_chunk(STEP_SCHEMA, 2, i), policy_version=0, chunk_id=f"a{i}")
+        # per-chunk: a CPU learner's chunks stream into its batch as they arrive (overlap_collection);
+        # per-batch: nothing moves until the whole batch is there (the learner builds it at once)
+        assert _moved(plane)[0] == (2 if batch_build == "per-chunk" else 0)
+        for i in range(2, 4):
+            plane.ingest(make_chunk(STEP_SCHEMA, 2, i), policy_version=0, chunk_id=f"a{i}")
+        assert _moved(plane)[0] == 4
+        with plane.next_batch(timeout=5) as b:
+            assert sorted(cid for cid, _ in b.sample_ids()) == sorted(f"a{i}" for i in range(4) for _ in range(2))
+        assert plane.metrics()["forced_moves"] == 0
+        no_violations(plane.audit())
+
+
+@pytest.mark.parametrize("overlap_update", [True, False])
+def test_overlap_update_off_prepares_nothing_while_the_learner_holds_a_batch(overlap_update):
+    policy = _path_policy(overlap_update=overlap_update, prefetch_depth=2)
+    with ExperiencePlane(STEP_SCHEMA, OnPolicy(), batch_steps=4, policy=policy, capacities=SMALL) as plane:
+        plane.ingest(make_chunk(STEP_SCHEMA, 4, 0), policy_version=0, chunk_id="v0")
+        batch = plane.next_batch(timeout=5)  # update 0 runs
+        before = _moved(plane)[0]
+        plane.ingest(make_chunk(STEP_SCHEMA, 4, 1), policy_version=1, chunk_id="v1")
+        during = _moved(plane)[0] - before
+        assert during == (1 if overlap_update else 0)  # batch 1 prepared during update 0, or not
+        batch.release()
+        assert _moved(plane)[0] - before == 1  # after the update, always
+        with plane.next_batch(update=1, timeout=5) as b:
+            assert b.sample_ids() == [("v1", i) for i in range(4)]
+        no_violations(plane.audit())
+
+
+@pytest.mark.parametrize("granularity", [1, 3])
+def test_granularity_coalesces_chunks_moved_together_into_one_copy_job(granularity):
+    policy = _path_policy(granularity=granularity, prefetch_depth=0)  # nothing moves before the ask
+    sources = {f"c{i}": make_chunk(STEP_SCHEMA, 1, i) for i in range(6)}
+    with ExperiencePlane(STEP_SCHEMA, OnPolicy(), batch_steps=6, policy=policy, capacities=SMALL) as plane:
+        for cid, payload in sources.items():
+            plane.ingest(payload, policy_version=0, chunk_id=cid)
+        assert _moved(plane) == (0, 0)
+        with plane.next_batch(timeout=5) as b:  # the ask: all six move at once
+            host = b.columns["x"]
+            for row, (cid, idx) in enumerate(b.sample_ids()):
+                assert np.asarray(host[row]).tobytes() == sources[cid]["x"][idx].tobytes()
+        assert _moved(plane) == (6, 6 // granularity)
+        no_violations(plane.audit())
+
+
+@pytest.mark.parametrize(("path", "pieces"), [({}, 1), ({"split": 2}, 2), ({"target_chunk_bytes": 256.0}, 4)])
+def test_split_moves_a_chunk_in_pieces_with_identical_bytes(path, pieces):
+    policy = _path_policy(prefetch_depth=0, **path)
+    payload = make_chunk(STEP_SCHEMA, 8, 7)  # 1 KiB
+    with ExperiencePlane(STEP_SCHEMA, OnPolicy(), batch_steps=8, policy=policy, capacities=SMALL) as plane:
+        plane.ingest(payload, policy_version=0, chunk_id="big")
+        with plane.next_batch(timeout=5) as b:
+            assert b.sample_ids() == [("big", i) for i in range(8)]
+            assert np.asarray(b.columns["x"]).tobytes() == payload["x"].tobytes()
+        assert _moved(plane) == (pieces, pieces)  # one copy per piece
+        no_violations(plane.audit())
+
+
+def test_chunk_info_carries_the_producers_node_and_payload_bytes():
+    seen = []
+    base = _path_policy()
+
+    class Spy:
+        name = "spy"
+
+        def place(self, chunk, view):
+            seen.append(chunk)
+            return base.placement.place(chunk, view)
+
+        def spill(self, tier, nbytes, view):
+            return base.placement.spill(tier, nbytes, view)
+
+    from conduit.policy import Policy
+
+    with ExperiencePlane(STEP_SCHEMA, OnPolicy(), batch_steps=4, capacities=SMALL,
+                         policy=Policy("spy", Spy(), base.scheduling, base.path)) as plane:
+        plane.ingest(make_chunk(STEP_SCHEMA, 3, 0), policy_version=0, chunk_id="a")
+        with pytest.raises(UnknownNameError, match="node"):
+            plane.ingest(make_chunk(STEP_SCHEMA, 1, 0), policy_version=0, chunk_id="b", node="elsewhere")
+        state = plane.view.learners["learner0"]
+    assert [(c.chunk_id, c.node, c.device, c.nbytes, c.consumer) for c in seen] == [
+        ("a", plane.node, "cpu0", 3 * 128, "learner0")]
+    assert (state.device, state.tier) == ("cpu0", "dram0:pageable")  # the learner's compute device and tier

@@ -128,6 +128,12 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         }
         self.compute = {lr.device: ComputeEngine(self.env, lr.device) for lr in self.layout.learners}
         self._learners_by_id = {lr.id: lr for lr in self.layout.learners}
+        # the device a producer runs on, as a placement policy sees it (ChunkInfo.device): its GPU,
+        # else its node's CPU device -- what the runtime reports for a producer on a CPU-only node
+        self._producer_device = {
+            r.id: r.device or next((c.id for c in topology.devices_of("cpu", r.node)), None)
+            for r in self.layout.runners
+        }
         self.ledger = TierLedger(self.env, topology)
         self.contract = workload.contract(runners=len(self.layout.runners))
         self.auditor = Auditor(self.contract, tier_capacities={k: int(v) for k, v in self.ledger.capacity.items()})
@@ -270,7 +276,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
     def decide_tier(self, chunk: Chunk, runner: RunnerRole, learner: LearnerRole) -> str:
         """The placement policy's tier, checked by the :class:`~conduit.plane.Arbiter` (which falls
         back to pinned, then pageable, host memory on the consumer's node)."""
-        info = ChunkInfo(chunk.id, runner.node, runner.device, chunk.nbytes, chunk.policy_version, learner.id)
+        info = ChunkInfo(chunk.id, runner.node, self._producer_device.get(runner.id, runner.device), chunk.nbytes,
+                         chunk.policy_version, learner.id)
         return self.arbiter.place(info, self.view, need=chunk.nbytes, node=learner.node)
 
     # ------------------------------------------------------------------ run
