@@ -475,6 +475,11 @@ class Auditor:
             self._live_steps += state.steps
             self._check_rate(t, f"ingestion of chunk {cid!r}")
 
+    def knows(self, chunk_id: Hashable) -> bool:
+        """Whether ``chunk_id`` names a chunk the auditor still remembers: one not yet retired, or
+        one of the last ``RETIRED_WINDOW`` retired (a plane refuses such an id at ingestion)."""
+        return chunk_id in self._chunks
+
     def placed(self, chunk_id: Hashable, tier: str, nbytes: int, t: float) -> None:
         """``nbytes`` of the chunk now occupy ``tier`` (added to what it already holds there)."""
         self._check_open()

@@ -1365,3 +1365,25 @@ def test_chunk_info_carries_the_producers_node_and_payload_bytes():
     assert [(c.chunk_id, c.node, c.device, c.nbytes, c.consumer) for c in seen] == [
         ("a", plane.node, "cpu0", 3 * 128, "learner0")]
     assert (state.device, state.tier) == ("cpu0", "dram0:pageable")  # the learner's compute device and tier
+
+
+def test_chunk_ids_are_unique_while_the_auditor_remembers_them_and_stale_drops_are_folded():
+    """A retired id is refused while the auditor still remembers it (rather than audited as a
+    duplicate), accepted as a new chunk once both have forgotten it; chunks dropped stale on
+    arrival retire at once, so neither the plane nor the auditor keeps them forever."""
+    with ExperiencePlane(SLOTS_SCHEMA, OnPolicy(), batch_steps=4, policy="all-gpu", capacities=SMALL) as plane:
+        plane.auditor.RETIRED_WINDOW = 3
+        plane.ingest(rows(4, 0), policy_version=0, chunk_id="a")
+        with plane.next_batch(timeout=5):
+            pass  # update 0 trained: "a" leaves the plane
+        with pytest.raises(ConduitError, match="'a': a chunk with this id is already in the plane"):
+            plane.ingest(rows(4, 1), policy_version=1, chunk_id="a")
+        for i in range(6):  # version 0 is trained: each is dropped stale on arrival, and retires
+            plane.ingest(rows(2, 2), policy_version=0, chunk_id=f"late{i}")
+        assert len(plane.auditor._chunks) <= 3 + 1  # the window, not every id ever seen
+        plane.ingest(rows(4, 1), policy_version=1, chunk_id="a")  # forgotten by both: a new chunk
+        with plane.next_batch(update=1, timeout=5) as b:
+            assert b.sample_ids() == [("a", i) for i in range(4)]
+        report = plane.audit()
+        no_violations(report)
+        assert report.dropped_samples == {"stale": 12} and report.ingested_chunks == 8

@@ -87,9 +87,11 @@ class Ingestion:
                 raise UnknownNameError("learner", learner, list(self._learners))
             if chunk_id is None:
                 chunk_id = f"{producer}-{next(self._chunk_seq)}"
-            elif chunk_id in self._chunks or chunk_id in self.ledger or chunk_id in self._dropped_ids \
-                    or chunk_id in self._admitting:
-                raise ConduitError(f"chunk {chunk_id!r}: a chunk with this id is already in the plane")
+            elif chunk_id in self._chunks or chunk_id in self._admitting or self.auditor.knows(chunk_id):
+                # ids are unique: one in the plane, or one that left it but the auditor still
+                # remembers (the last RETIRED_WINDOW), is refused here rather than audited as a duplicate
+                raise ConduitError(f"chunk {chunk_id!r}: a chunk with this id is already in the plane (or left "
+                                   "it recently); chunk ids must be unique")
             self._admitting.add(chunk_id)  # the id is this call's until it commits or fails
         adm: _Admission | None = None
         try:
@@ -173,7 +175,7 @@ class Ingestion:
         self.metrics_.count("ingested_bytes", meta.nbytes)
         self.auditor.dropped(meta.id, now, "stale")
         self.metrics_.count("dropped_stale_samples", meta.steps)
-        self._dropped_ids.add(meta.id)  # the id stays taken (the auditor remembers it)
+        self.auditor.evicted(meta.id, now)  # it left the plane at once (the auditor folds it, keeps its id)
 
     def _commit(self, adm: _Admission, tier: str) -> None:
         """Under the lock: the chunk's copy landed; it is in the plane now and the auditor hears of it."""

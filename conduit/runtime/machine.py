@@ -139,7 +139,10 @@ def build_tiers(
         raise UnknownNameError("node", node, topology.nodes)
     local = [t for t in topology.tiers if t.node == node]
     known = {t.id for t in local} | {k.value for k in TierKind} | {"shm"}
-    memory = next((t for t in local if t.kind is TierKind.PAGEABLE), None)
+    # the node's host memory (a CPU learner's tier): its first memory device in natural id order,
+    # the one the simulator's layout gives the node's learners, whatever order the file lists them in
+    memory = next((t for m in topology.devices_of("memory", node) for t in local
+                   if t.device == m.id and t.kind is TierKind.PAGEABLE), None)
     if memory is None:
         raise ConduitError(f"topology {topology.name!r}: node {node!r} has no host memory device")
     if shared:

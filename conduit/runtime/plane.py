@@ -181,7 +181,6 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
         self._chunk_seq = itertools.count()
         self._rng = np.random.default_rng(seed)
         self._chunks: dict[Hashable, _Chunk] = {}
-        self._dropped_ids: set[Hashable] = set()  # chunks dropped on arrival: their ids stay taken
         self._table: OrderedDict[Hashable, _Chunk] = OrderedDict()  # Replay: live chunks, oldest first
         self._table_steps = 0
         # Replay sampling state, rebuilt only when the table changes: (chunks, steps, cumulative steps)
