@@ -37,10 +37,8 @@ import numpy as np
 
 from conduit.policies.components import EarliestDeadlineFirst, spill_down
 from conduit.policy import ChunkInfo, InvalidDecision, Move, Param, PathSettings, Placement, Policy
-from conduit.topology.model import TierKind
+from conduit.topology.model import SPILL_ORDER, TierKind
 from conduit.view import ClusterView, TierState
-
-SPILL_ORDER = (TierKind.HBM, TierKind.PINNED, TierKind.PAGEABLE, TierKind.NVME)
 
 
 @dataclass
@@ -146,25 +144,41 @@ def assign_optimal(chunks: Sequence[ChunkInfo], view: ClusterView, placement: Ba
     one_each = np.zeros((n_c, n_c * n_t))
     for c in range(n_c):
         one_each[c, c * n_t:(c + 1) * n_t] = 1.0
+    sizes = np.array([chunk.nbytes for chunk in chunks], dtype=float)
+    unit = float(sizes.max()) if sizes.size and sizes.max() > 0 else 1.0  # bytes -> O(1) rows for the solver
     room = np.zeros((n_t, n_c * n_t))
     for t in range(n_t):
-        for c, chunk in enumerate(chunks):
-            room[t, c * n_t + t] = chunk.nbytes
+        for c in range(n_c):
+            room[t, c * n_t + t] = sizes[c] / unit
     room_limit = np.array([max(0.0, t.capacity * (1 - placement.headroom) - t.used) for t in tiers])
     upper = np.array([[0.0 if cost[c, t] >= big else 1.0 for t in range(n_t)] for c in range(n_c)]).ravel()
     finite = cost[cost < big]
     scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0  # seconds -> O(1) for the solver's gaps
-    result = milp(
-        c=np.where(cost >= big, 0.0, cost / scale).ravel(),
-        constraints=[LinearConstraint(one_each, 1, 1), LinearConstraint(room, 0, room_limit)],
-        integrality=np.ones(n_c * n_t),
-        bounds=Bounds(0, upper),
-        options={"mip_rel_gap": 1e-12},
-    )
-    if not result.success:
-        raise InvalidDecision(placement.name, [c.chunk_id for c in chunks], f"no feasible assignment: {result.message}")
-    x = result.x.reshape(n_c, n_t)
-    picks = [int(np.argmax(x[c])) for c in range(n_c)]
+    limit = room_limit.copy()
+    for _ in range(8):
+        result = milp(
+            c=np.where(cost >= big, 0.0, cost / scale).ravel(),
+            constraints=[LinearConstraint(one_each, 1, 1), LinearConstraint(room, 0, limit / unit)],
+            integrality=np.ones(n_c * n_t),
+            bounds=Bounds(0, upper),
+            options={"mip_rel_gap": 1e-12},
+        )
+        if not result.success:
+            raise InvalidDecision(placement.name, [c.chunk_id for c in chunks], f"no feasible assignment: {result.message}")
+        x = result.x.reshape(n_c, n_t)
+        picks = [int(np.argmax(x[c])) for c in range(n_c)]
+        # the solver meets the room rows only within its feasibility tolerance: check the rounded
+        # assignment in exact bytes, and tighten a tier it overfills by that much before solving again
+        placed = np.zeros(n_t)
+        for c, t in enumerate(picks):
+            placed[t] += sizes[c]
+        over = placed - room_limit
+        if not (over > 0).any():
+            break
+        limit = np.where(over > 0, limit - 2 * over, limit)
+    else:
+        raise InvalidDecision(placement.name, [c.chunk_id for c in chunks],
+                              "no assignment within the tiers' room after 8 tightened solves")
     # the cost of the rounded assignment, summed exactly (the solver's objective carries its
     # feasibility tolerance on x)
     return [tiers[t].id for t in picks], float(sum(cost[c, t] for c, t in enumerate(picks)))

@@ -86,7 +86,7 @@ class DirectRoute:
                                        src_device=source.device)
         for cid in cids:
             yield from self.move_to(cid, learner.device_tier)
-        self.view.moved(learner, cids)
+        self.view.move_finished(learner, cids)
 
     def _build_batch_on_learner(self, lr: LearnerRole, batch: list[int]) -> Generator:
         """Per-batch building (the framework's connector on the learner's CPU over the whole batch),

@@ -136,7 +136,7 @@ class SimClusterView(ClusterView):
         self._plan()
         return gate
 
-    def moved(self, lr: LearnerRole, cids: list[Hashable]) -> None:
+    def move_finished(self, lr: LearnerRole, cids: list[Hashable]) -> None:
         self._plan()
 
     def _plan(self) -> None:
