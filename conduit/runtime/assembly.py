@@ -163,11 +163,23 @@ class Assembly:
                 pending[q.model.id] = waiting
                 if q.asking or q.peeked is not None:
                     asking.append(q.model.id)
-        if pending:
+        if pending and self._plan_due(pending, asking):
             start.extend((self._learners[lid], self._chunks[cid])
                          for lid, cid in self.arbiter.plan(pending, self.view, asking=asking))
         if start:
             self._start_moves(start)
+
+    def _plan_due(self, pending: Mapping[str, list[tuple[Hashable, float]]], asking: list[str]) -> bool:
+        """Whether to ask the core to plan now: on the simulator's triggers only (a chunk became
+        pending, a learner started waiting, a move finished), never merely because time passed, so
+        a policy is asked equally often in both backends."""
+        ids = {cid for items in pending.values() for cid, _ in items}
+        waiting = set(asking)
+        due = self._replan or not ids <= self._planned_ids or not waiting <= self._planned_asking
+        if due:
+            self._replan = False
+            self._planned_ids, self._planned_asking = ids, waiting
+        return due
 
     def _start_moves(self, moves: list[tuple[_Learner, _Chunk]]) -> None:
         """Under the lock: reserve batch rows for each chunk and submit the copies. Path settings:
@@ -227,6 +239,7 @@ class Assembly:
                     self._filled(build, s.start, s.n)
                     self._maybe_retire(c)  # its extent goes once every row is out of it
                 self._cond.notify_all()
+                self._replan = True  # a move finished: the scheduler is asked again
                 if err is None or all(s.build.dead is not None for s in segs):
                     self._pump()
 

@@ -199,6 +199,10 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
         self._admitting: set[Hashable] = set()  # ids of ingests under way (reserved, not committed)
         self._sampling = 0  # replay samples copying now
         self._handed: set[BatchBuild] = set()  # batches handed to learners, not released yet
+        # when the scheduler was last asked: the pending chunks and waiting learners it saw (see _plan_due)
+        self._replan = True
+        self._planned_ids: set[Hashable] = set()
+        self._planned_asking: set[str] = set()
         self._finished = False  # the auditor gave its final report (close)
 
         self.estimator = BandwidthEstimator()
