@@ -138,6 +138,19 @@ def test_a_cpu_learner_receives_chunks_as_they_arrive_only_with_overlap_collecti
     assert arbiter.rejections.forced_moves == 0
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_without_overlap_collection_planned_moves_wait_for_the_learners_ask(overlap):
+    """With ``overlap_collection`` off no data moves while sampling runs: a planned move of a
+    learner that has not asked is deferred (not refused, not started), and starts with its ask."""
+    def plan(pending, view):
+        return [Move(cid, "gpu0:hbm") for cid, _ in pending["l0"]]
+
+    arbiter = Arbiter(_policy(plan=plan, overlap_collection=overlap))
+    assert arbiter.plan({"l0": [("a", 1.0)]}, _view()) == ([("l0", "a")] if overlap else [])
+    assert arbiter.plan({"l0": [("a", 1.0)]}, _view(), asking=["l0"]) == [("l0", "a")]
+    assert arbiter.rejections.total == 0 and arbiter.rejections.forced_moves == 0
+
+
 @settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from([n for n in policy_registry().names("policy") if n != "janus-best"]),
        nbytes=st.floats(1.0, 3 * GIB), hbm_used=st.floats(0, GIB), pinned_used=st.floats(0, GIB),

@@ -16,7 +16,9 @@ simulator would behave differently for real. So every call into a policy goes th
   known tier with room for it (counting the moves already accepted in the same answer).
 * :meth:`Arbiter.plan` asks ``scheduling.plan`` and returns the moves to start, in the policy's
   order. A move must name a pending chunk; its destination must be the learner's tier (a move
-  elsewhere is counted and executed towards the learner's tier anyway). Then the one rule for a
+  elsewhere is counted and executed towards the learner's tier anyway). With the path setting
+  ``overlap_collection`` off, a valid move waits until its learner asks (data does not move while
+  sampling runs: for a synchronous algorithm the ask marks the end of sampling). Then the one rule for a
   learner that is **waiting now**: every pending chunk of it that the policy did not plan is moved
   anyway, and counted as *forced* (a policy can cost time, never data, and never stall a run). A
   learner with no device memory of its own (a CPU learner) receives its chunks as they arrive when
@@ -219,6 +221,8 @@ class Arbiter:
             if m.dst_tier != target:
                 self._reject(InvalidDecision(_name(owner), m, f"moves must target the learner's tier {target!r}; "
                                              "it is moved there", call="plan", code="wrong-destination"))
+            if not self.path.overlap_collection and lid not in asking:
+                continue  # no overlap with collection: a learner's data moves once it asks (deferred, not refused)
             started.add(m.chunk_id)
             approved.append((lid, m.chunk_id))
         for lid, items in pending.items():

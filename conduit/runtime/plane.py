@@ -29,7 +29,7 @@ memory.
 ``prefetch_depth`` at a time. The core's :meth:`~conduit.plane.Arbiter.plan` decides which chunks move
 now: the scheduling policy's checked plan; a waiting learner's chunks whatever the policy says
 (*forced*, counted: a policy can cost time, never data); a CPU learner's as they arrive when the path
-settings ask for ``overlap_collection``. Moves run on the transfer engine's background workers, so
+settings ask for ``overlap_collection`` (with it off, planned moves wait for the learner's ask). Moves run on the transfer engine's background workers, so
 they overlap the learner's update. The other path settings are executed here as in the simulator
 (``batch_build``, ``overlap_update``, ``granularity``, ``split``/``target_chunk_bytes``, ``pinned``;
 see :meth:`ExperiencePlane._pump` and :meth:`ExperiencePlane._start_moves`); ``route="driver"`` (stock
