@@ -1,7 +1,7 @@
 """Study: does the simulator's ``rllib-stock`` reproduce stock RLlib's measured experience path?
 
 Simulates the two reference runs of ``shared/reference/rllib-2.60-stock-cpu.md`` (PPO 84x84x4, DQN
-CartPole) on ``topologies/reference-2core`` and prints, per segment, the measured and simulated
+CartPole) on ``conduit/topologies/reference-2core.yaml`` and prints, per segment, the measured and simulated
 share of the iteration (target: within 25%). Writes ``results/calibration_reference.csv``.
 
 Read it honestly: the cost parameters (``conduit/sim/params.py``) were fitted to these same

@@ -10,7 +10,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_validate_good_library_file():
-    result = run("topology", "validate", "topologies/dgx-h100.yaml")
+    result = run("topology", "validate", "conduit/topologies/dgx-h100.yaml")
     assert result.returncode == 0, result.stderr
     assert "ok" in result.stdout
 

@@ -3,7 +3,7 @@
 ``REFERENCE`` restates the segment medians of ``shared/reference/rllib-2.60-stock-cpu.md`` (2-core
 VM, ray 2.60.0, torch 2.13.0, new API stack) for the two runs the simulator must reproduce: PPO with
 84x84x4 uint8 observations (2 runners, 1 remote learner; ms per iteration) and DQN on CartPole (1
-runner, local learner; ms per ~1,082-step iteration). The machine is ``topologies/reference-2core``,
+runner, local learner; ms per ~1,082-step iteration). The machine is ``conduit/topologies/reference-2core.yaml``,
 the runs are the ``ref-ppo-atari`` and ``ref-dqn-cartpole`` workloads, and :func:`compare` simulates
 them under ``rllib-stock`` and puts each segment's share of the iteration beside the measured one.
 """

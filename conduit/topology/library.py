@@ -1,24 +1,46 @@
-"""The topology library: named YAML files shipped in the repository's ``topologies/`` folder.
+"""The topology library: named YAML files shipped inside the package (``conduit/topologies/``).
 
-A name (``dgx-h100-x128``) resolves to ``topologies/<name>.yaml``. Extra folders can be put in front
-with the ``CONDUIT_TOPOLOGY_PATH`` environment variable (``os.pathsep``-separated), so users keep
-their own library next to the built-in one.
+A name (``dgx-h100-x128``) resolves to ``<library>/<name>.yaml``. The built-in library is package
+data, found with :mod:`importlib.resources`, so it is there in an installed wheel as well as in a
+checkout. Extra folders can be put in front with the ``CONDUIT_TOPOLOGY_PATH`` environment variable
+(``os.pathsep``-separated), so users keep their own library next to the built-in one.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import os
+from importlib import resources
 from pathlib import Path
 
 from conduit.errors import TopologyError
 
-BUILTIN_DIR = Path(__file__).resolve().parents[2] / "topologies"
+#: the package whose data folder ``topologies/`` holds the built-in library
+LIBRARY_PACKAGE = "conduit"
+LIBRARY_FOLDER = "topologies"
 DEFAULT_TOPOLOGY = "dgx-h100-x2"
+
+
+@functools.cache
+def builtin_dir() -> Path:
+    """The built-in library's folder on the file system.
+
+    A normal install (wheel, editable or a checkout on ``sys.path``) gives the package's own folder.
+    A package imported from a zip archive is extracted once, for the life of the process, because
+    a topology file may name its node files by path relative to itself."""
+    folder = resources.files(LIBRARY_PACKAGE) / LIBRARY_FOLDER
+    if isinstance(folder, Path):
+        return folder
+    stack = contextlib.ExitStack()  # pragma: no cover - zip imports only
+    atexit.register(stack.close)
+    return Path(stack.enter_context(resources.as_file(folder)))
 
 
 def search_path() -> list[Path]:
     extra = [Path(p) for p in os.environ.get("CONDUIT_TOPOLOGY_PATH", "").split(os.pathsep) if p]
-    return [*extra, BUILTIN_DIR]
+    return [*extra, builtin_dir()]
 
 
 def library_names() -> list[str]:
