@@ -5,4 +5,10 @@ and **delivery** — decided by pluggable policies that read a :class:`~conduit.
 run unchanged in the SimPy simulator (:mod:`conduit.sim`) and the real runtime (:mod:`conduit.runtime`).
 """
 
-__version__ = "0.1.0"
+from importlib import metadata as _metadata
+
+try:
+    #: the installed distribution's version; written once, in pyproject.toml
+    __version__: str = _metadata.version("conduit-rl")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"

@@ -3,7 +3,8 @@
 On the built-in default topology (``dgx-h100-x2``, 16 H100 GPUs) it simulates each preset under each
 policy and prints exposed experience-path latency, iteration time and experience share (DESIGN.md
 definitions), with the audit's violation count for every run. Writes ``results/quickstart.csv`` and
-``results/quickstart.png``. This is what ``make demo`` runs.
+``results/quickstart.png`` (the figure needs matplotlib, ``conduit-rl[plot]``; without it the study
+says so and writes the CSV only). This is what ``make demo`` runs.
 
     python studies/quickstart.py [--topology dgx-h100-x2] [--policies rllib-stock host-only all-gpu]
 """
@@ -67,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(rows)
     png_path = _chart(rows, args.out / "quickstart.png", topology.name)
     print(f"\n'vs stock' is the ratio to the first policy ({args.policies[0]}); 0 audit violations expected.")
-    print(f"wrote {csv_path} and {png_path} in {time.perf_counter() - started:.1f} s")
+    written = f"{csv_path} and {png_path}" if png_path else f"{csv_path}"
+    print(f"wrote {written} in {time.perf_counter() - started:.1f} s")
+    if png_path is None:
+        print("note: matplotlib is not installed, so no figure was drawn; "
+              "pip install 'conduit-rl[plot]' (or `make demo`) to get results/quickstart.png")
     return 1 if any(r["violations"] for r in rows) else 0
 
 
@@ -75,8 +80,12 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else float("nan")
 
 
-def _chart(rows: list[dict], path: Path, topology: str) -> Path:
-    import matplotlib
+def _chart(rows: list[dict], path: Path, topology: str) -> Path | None:
+    """The figure, or None when matplotlib (``conduit-rl[plot]``) is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from conduit._extras import require
+
 if TYPE_CHECKING:
     from conduit.runtime.plane import ExperiencePlane
     from conduit.runtime.tiers import Extent
@@ -159,7 +161,7 @@ class Batch:
 
     def tensors(self) -> dict[str, Any]:
         """The columns as torch tensors (zero copy: numpy host arrays are wrapped, not copied)."""
-        import torch
+        torch = require("torch", "Batch.tensors()")
 
         return {k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in self.columns.items()}
 

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from conduit._extras import install_hint, installed
 from conduit.errors import ConduitError
 from conduit.runtime.media import cuda_available
 from conduit.units import Kind, format_quantity, parse_quantity
@@ -646,8 +647,9 @@ def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, pr
     else:
         out.host["cuda"] = False
         if progress is not None:
-            progress("calibrate: no CUDA (torch.cuda.is_available() is False): pinned and host<->device "
-                     "copies not measured")
+            why = ("torch.cuda.is_available() is False" if installed("torch")
+                   else f"torch is not installed: {install_hint('runtime')}")
+            progress(f"calibrate: no CUDA ({why}): pinned and host<->device copies not measured")
     out.host["elapsed_s"] = time.perf_counter() - started
     return out
 

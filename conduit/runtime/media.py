@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from conduit._extras import install_hint, installed, require
 from conduit.errors import CapacityError, ConduitError
 from conduit.runtime.schema import Schema
 
@@ -44,19 +45,21 @@ def cuda_available() -> bool:
         import torch
 
         return bool(torch.cuda.is_available())
-    except (ImportError, RuntimeError):  # pragma: no cover - torch is a dependency
+    except (ImportError, RuntimeError):  # torch is optional: conduit-rl[runtime]
         return False
 
 
 def pinned_available() -> tuple[bool, str]:
     """Whether page-locked host memory can be had here, and why not."""
+    if not installed("torch"):
+        return False, f"torch is not installed: pinned (page-locked) host memory needs it ({install_hint('runtime')})"
     if not cuda_available():
         return False, "no CUDA device: pinned (page-locked) host memory needs the CUDA driver"
     return True, ""
 
 
 def torch_dtype(dtype: np.dtype) -> Any:
-    import torch
+    torch = require("torch", "a tensor tier (CUDA or pinned memory)")
 
     return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
@@ -176,6 +179,8 @@ class CudaMedium(Medium):
     device_side = True
 
     def __init__(self, capacity: int, device: str = "cuda:0"):
+        if not installed("torch"):
+            raise MediumUnavailable(f"CUDA memory unavailable: torch is not installed ({install_hint('runtime')})")
         if not cuda_available():
             raise MediumUnavailable("CUDA memory unavailable: no CUDA device")
         import torch

@@ -7,7 +7,15 @@
 
 See docs/rllib.md for the design, docs/deployment.md for a cluster, and
 :mod:`conduit.runtime.rllib.instrument` for the measurement hooks used by the study.
+
+Needs Ray (RLlib) and torch: ``pip install 'conduit-rl[rllib]'``. Without them, importing this
+package raises a :class:`~conduit._extras.MissingExtraError` that says so.
 """
+
+from conduit._extras import require
+
+require("ray", "Conduit's RLlib integration (conduit.runtime.rllib)", extra="rllib")
+require("torch", "Conduit's RLlib integration (conduit.runtime.rllib)", extra="rllib")
 
 from conduit.runtime.rllib.callbacks import cluster_of, shutdown
 from conduit.runtime.rllib.enable import OPTIONS, enable
