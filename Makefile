@@ -1,33 +1,45 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
-# Each creates .venv when it is missing (torch 2.13.0 first: its CPU build is on this machine's
-# disk, while an unpinned torch would pull a multi-GB CUDA build), then installs the project.
+# Each creates .venv when it is missing, then installs what it needs into it:
+#   make demo  -> the simulator and matplotlib only (`.[plot]`: no torch, no Ray), so a first run is quick;
+#   make test  -> everything (`.[dev,rllib,plot]` and the example plug-in), torch 2.13.0 first: its CPU
+#                 build is on this machine's disk, while an unpinned torch would pull a multi-GB CUDA build.
+# One stamp file per install level: a .venv made by `make demo` gets the full install on `make test`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.conduit-installed
+DEMO_STAMP := $(VENV)/.conduit-demo
+FULL_STAMP := $(VENV)/.conduit-full
 TORCH := torch==2.13.0
 
-.PHONY: venv test test-e2e demo lint bench study-convergence clean
+.PHONY: venv venv-demo test test-e2e demo lint bench study-convergence clean
 
-venv: $(STAMP)
+venv: $(FULL_STAMP)
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+venv-demo: $(DEMO_STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[plot]'
+	@touch $(DEMO_STAMP)
+
+$(FULL_STAMP): pyproject.toml examples/conduit-policy-example/pyproject.toml | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[dev,rllib]'
+	$(PY) -m pip install -q -e '.[dev,rllib,plot]'
 	$(PY) -m pip install -q -e examples/conduit-policy-example
-	@touch $(STAMP)
+	@touch $(FULL_STAMP)
 
-test: $(STAMP)
+test: $(FULL_STAMP)
 	$(PY) -m pytest -q
 
-test-e2e: $(STAMP)
+test-e2e: $(FULL_STAMP)
 	$(PY) -m pytest -q -m e2e
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) studies/quickstart.py
 
-bench: $(STAMP)
+bench: $(FULL_STAMP)
 	$(PY) benchmarks/flow_solver.py
 	$(PY) benchmarks/sim_ppo_x128.py
 	$(PY) benchmarks/audit_throughput.py
@@ -37,10 +49,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/runtime_cross_process.py
 	$(PY) studies/rllib_experience_path.py --sides stock,conduit
 
-study-convergence: $(STAMP)
+study-convergence: $(FULL_STAMP)
 	$(PY) studies/rllib_convergence.py
 
-lint: $(STAMP)
+lint: $(FULL_STAMP)
 	$(VENV)/bin/ruff check conduit tests studies benchmarks examples
 
 clean:
