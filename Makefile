@@ -21,7 +21,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(DEMO_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[plot]'
+	$(PY) -m pip install -q --no-compile -e '.[plot]'
 	@touch $(DEMO_STAMP)
 
 $(FULL_STAMP): pyproject.toml examples/conduit-policy-example/pyproject.toml | $(PY)

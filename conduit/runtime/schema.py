@@ -192,6 +192,6 @@ def _numpy_dtype(dtype: Any) -> Any:
 
         if isinstance(dtype, torch.dtype):
             return torch.empty((), dtype=dtype).numpy().dtype
-    except ImportError:  # pragma: no cover - torch is a dependency
+    except ImportError:  # no torch (conduit-rl[runtime]): not a torch dtype
         pass
     return dtype
