@@ -1,7 +1,7 @@
 """Quickstart study: the experience path of PPO, APPO and DQN under several policies.
 
 On the built-in default topology (``dgx-h100-x2``, 16 H100 GPUs) it simulates each preset under each
-policy and prints exposed experience-path latency, iteration time and experience share (DESIGN.md
+policy and prints exposed experience-path latency, iteration time and experience share (docs/metrics.md
 definitions), with the audit's violation count for every run. Writes ``results/quickstart.csv`` and
 ``results/quickstart.png``. This is what ``make demo`` runs.
 
