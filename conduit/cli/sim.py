@@ -116,6 +116,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, default=10, help="learner updates to simulate (default 10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (metrics per docs/metrics.md, audit)")
-    p.add_argument("--trace", type=Path, help="write 3 traces: FILE, FILE.updates, FILE.tiers (CSV or .parquet)")
+    p.add_argument("--trace", type=Path, help="chunk, update and tier traces: t.csv, t.updates.csv, t.tiers.csv")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(handler=cmd_sim)
