@@ -5,7 +5,7 @@ For ``dgx-h100-x2``, ``dgx-h100-x16`` and ``dgx-h100-x128`` and the presets ``pp
 exhaustive search is only affordable on the smaller clusters) side by side with the same seed, and
 prints exposed experience-path latency and iteration time with their ratios to ``rllib-stock``.
 
-Targets (DESIGN.md definitions, zero audit violations in every run), checked on ``dgx-h100-x128``:
+Targets (docs/metrics.md definitions, zero audit violations in every run), checked on ``dgx-h100-x128``:
 exposed latency <= 0.05x for ppo and dqn, <= 0.10x for appo and grpo-llm; dqn iteration time <= 0.70x.
 
     python benchmarks/policy_targets.py [--topologies dgx-h100-x2 ...] [--janus] [--csv results/targets.csv]

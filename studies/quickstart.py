@@ -1,7 +1,7 @@
 """Quickstart study: the experience path of PPO, APPO and DQN under several policies.
 
 On the built-in default topology (``dgx-h100-x2``, 16 H100 GPUs) it simulates each preset under each
-policy and prints exposed experience-path latency, iteration time and experience share (DESIGN.md
+policy and prints exposed experience-path latency, iteration time and experience share (docs/metrics.md
 definitions), with the audit's violation count for every run. Writes ``results/quickstart.csv`` and
 ``results/quickstart.png`` (the figure needs matplotlib, ``conduit-rl[plot]``; without it the study
 says so and writes the CSV only). This is what ``make demo`` runs.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 import time
 from pathlib import Path
@@ -80,8 +81,32 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else float("nan")
 
 
+#: the chart's panels: (row key, scale to the axis unit, title, y label, y scale)
+PANELS = (
+    ("exposed_experience_path_s", 1e3, "exposed experience-path latency",
+     "ms per update (symlog: linear below 1 ms)", "symlog"),
+    ("iteration_time_s", 1e3, "iteration time", "ms (log)", "log"),
+    ("experience_share", 100, "experience share", "% of iteration time", "linear"),
+)
+
+
+def _label(value: float) -> str:
+    """A bar's value, short: 0 shows as "0" (a zero bar has no height to see)."""
+    if math.isnan(value):
+        return "n/a"
+    if value == 0:
+        return "0"
+    if abs(value) < 10:
+        return f"{value:.2f}"
+    if abs(value) < 100:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
 def _chart(rows: list[dict], path: Path, topology: str) -> Path | None:
-    """The figure, or None when matplotlib (``conduit-rl[plot]``) is not installed."""
+    """Exposed latency, iteration time and experience share per workload and policy, every bar labelled
+    with its value. The latency axis is symlog (linear below 1 ms), so a zero is a visible "0", not a
+    bar missing from a log axis. None when matplotlib (``conduit-rl[plot]``) is not installed."""
     try:
         import matplotlib
     except ImportError:
@@ -92,19 +117,29 @@ def _chart(rows: list[dict], path: Path, topology: str) -> Path | None:
 
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     policies = list(dict.fromkeys(r["policy"] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 4.8))
     width = 0.8 / len(policies)
-    for i, policy in enumerate(policies):
-        for ax, key, scale in ((axes[0], "exposed_experience_path_s", 1e3), (axes[1], "experience_share", 100)):
+    for ax, (key, scale, title, ylabel, yscale) in zip(axes, PANELS, strict=True):
+        for i, policy in enumerate(policies):
             values = [next(r[key] for r in rows if r["workload"] == w and r["policy"] == policy) * scale
                       for w in workloads]
-            ax.bar([x + i * width for x in range(len(workloads))], values, width, label=policy)
-    for ax, title in ((axes[0], "exposed experience-path latency (ms / update)"), (axes[1], "experience share (%)")):
+            bars = ax.bar([x + i * width for x in range(len(workloads))], values, width, label=policy)
+            ax.bar_label(bars, labels=[_label(v) for v in values], fontsize=7, padding=2)
         ax.set_xticks([x + width * (len(policies) - 1) / 2 for x in range(len(workloads))], workloads)
+        ax.set_xlabel("workload (preset)")
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.set_yscale("log" if ax is axes[0] else "linear")
-    axes[0].legend()
-    fig.suptitle(f"Conduit quickstart: simulated on {topology}")
+        if yscale == "symlog":
+            ax.set_yscale("symlog", linthresh=1.0)
+            ax.set_ylim(0, ax.get_ylim()[1] * 3)  # room for the labels above the tallest bar
+        elif yscale == "log":
+            ax.set_yscale("log")
+            low, high = ax.get_ylim()
+            ax.set_ylim(low, high * 3)
+        else:
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
+    axes[0].legend(title="policy", fontsize=8)
+    fig.suptitle(f"Conduit quickstart: simulated on {topology} (means after warm-up; lower is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

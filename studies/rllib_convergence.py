@@ -6,7 +6,13 @@ Writes per-iteration curves (CSV), a summary (JSON: env steps to the threshold p
 it was reached within the budget), a plot of the curves (PNG) and a short markdown report.
 
     python studies/rllib_convergence.py [--algos ppo,dqn] [--seeds 0,1,2] [--sides stock,conduit]
-        [--out results/rllib_convergence] [--full] [--resume]
+        [--out results/rllib_convergence] [--full] [--resume] [--replot]
+
+Everything goes under ``--out`` (default ``results/rllib_convergence/``): ``summary.json``,
+``curves.csv``, ``report.md`` and the figure ``learning_curves.png`` (one colour per side, one line
+style per seed, the threshold as a labelled line). ``--replot`` redraws the figure from an existing
+``summary.json`` without training; :func:`draw` takes the runs as plain dicts, so it also draws
+synthetic curves (``tests/test_study_plots.py``).
 
 ``--full`` keeps training to the budget after the threshold (longer; nicer curves). The end-to-end
 tests (``make test-e2e``, tests/test_rllib_e2e.py) run this script for Conduit with one seed and
@@ -117,30 +123,64 @@ def run(setting: Setting, side: str, seed: int, *, full: bool = False, log=print
             "violations": None if audit is None else int(audit["violations"]), "curve": curve}
 
 
-def plot(runs: list[dict], path: Path) -> bool:
-    try:
-        import matplotlib
+#: one colour per side, one line style per seed (cycled beyond four seeds)
+SIDE_COLORS = {"stock": "tab:blue", "conduit": "tab:orange"}
+SEED_STYLES = ("-", "--", ":", "-.")
+THRESHOLD_STYLE = {"color": "black", "linestyle": (0, (6, 2, 1, 2)), "linewidth": 1.0}
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def draw(runs: list[dict]):
+    """The learning-curve figure for ``runs`` (dicts as :func:`run` returns them: ``algo``, ``side``,
+    ``seed``, ``threshold``, ``reached_at`` and ``curve`` points with ``steps`` and ``return_mean``).
+
+    One panel per algorithm; the colour says the side (stock or Conduit), the line style the seed, and
+    the threshold is a labelled horizontal line, with a dot where each run first reached it. Needs
+    matplotlib only (no RLlib), so it can be drawn from synthetic or saved curves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    algos = sorted({r["algo"] for r in runs})
+    seeds = sorted({r["seed"] for r in runs})
+    sides = [s for s in SIDE_COLORS if any(r["side"] == s for r in runs)]
+    style = {seed: SEED_STYLES[i % len(SEED_STYLES)] for i, seed in enumerate(seeds)}
+    fig, axes = plt.subplots(1, len(algos), figsize=(6.5 * len(algos), 4.3), squeeze=False)
+    for ax, algo in zip(axes[0], algos, strict=True):
+        mine = [r for r in runs if r["algo"] == algo]
+        for r in sorted(mine, key=lambda r: (r["side"], r["seed"])):
+            color = SIDE_COLORS.get(r["side"], "gray")
+            ax.plot([p["steps"] for p in r["curve"]], [p["return_mean"] for p in r["curve"]], color=color,
+                    linestyle=style[r["seed"]], linewidth=1.4, alpha=0.9, gid=f"{r['side']}/seed{r['seed']}")
+            if r.get("reached_at") is not None:
+                ax.plot([r["reached_at"]], [r["threshold"]], "o", color=color, markersize=4)
+        thr = mine[0]["threshold"]
+        ax.axhline(thr, gid="threshold", **THRESHOLD_STYLE)
+        ax.annotate(f"threshold {thr:g}", xy=(0.01, thr), xycoords=("axes fraction", "data"),
+                    xytext=(0, 3), textcoords="offset points", fontsize=8)
+        ax.set_title(f"{algo.upper()} CartPole-v1: stock vs Conduit")
+        ax.set_xlabel("env steps sampled")
+        ax.set_ylabel("mean episode return")
+        handles = [Line2D([], [], color=SIDE_COLORS[s], linewidth=2, label=s) for s in sides]
+        handles += [Line2D([], [], color="dimgray", linestyle=style[seed], label=f"seed {seed}") for seed in seeds]
+        handles.append(Line2D([], [], label=f"threshold ({thr:g})", **THRESHOLD_STYLE))
+        handles.append(Line2D([], [], marker="o", linestyle="", color="dimgray", markersize=4,
+                              label="first reached"))
+        ax.legend(handles=handles, fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def plot(runs: list[dict], path: Path) -> bool:
+    """Draw :func:`draw`'s figure into ``path``; False when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
     except ImportError:
         return False
-    algos = sorted({r["algo"] for r in runs})
-    fig, axes = plt.subplots(1, len(algos), figsize=(6 * len(algos), 4), squeeze=False)
-    colors = {"stock": "tab:blue", "conduit": "tab:orange"}
-    for ax, algo in zip(axes[0], algos, strict=True):
-        for r in (r for r in runs if r["algo"] == algo):
-            xs = [p["steps"] for p in r["curve"]]
-            ys = [p["return_mean"] for p in r["curve"]]
-            ax.plot(xs, ys, color=colors.get(r["side"], "gray"), alpha=0.8,
-                    label=f"{r['side']} (seed {r['seed']})")
-        thr = next(r["threshold"] for r in runs if r["algo"] == algo)
-        ax.axhline(thr, color="gray", linestyle="--", linewidth=1)
-        ax.set_title(f"{algo.upper()} CartPole-v1: stock vs Conduit")
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("mean episode return")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    import matplotlib.pyplot as plt
+
+    fig = draw(runs)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
@@ -165,6 +205,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("results/rllib_convergence"))
     p.add_argument("--resume", action="store_true",
                    help="keep the runs already in OUT/summary.json (same algo, side, seed, budget) and run the rest")
+    p.add_argument("--replot", action="store_true",
+                   help="only redraw OUT/learning_curves.png from OUT/summary.json (no training, no Ray)")
     return p.parse_args(argv)
 
 
@@ -184,6 +226,17 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"error: --seeds must be comma-separated integers, got {args.seeds!r}", file=sys.stderr)
         return 2
+
+    if args.replot:
+        summary = args.out / "summary.json"
+        if not summary.exists():
+            print(f"error: --replot: no {summary}; run the study first", file=sys.stderr)
+            return 2
+        if not plot(json.loads(summary.read_text())["runs"], args.out / "learning_curves.png"):
+            print("error: --replot needs matplotlib", file=sys.stderr)
+            return 2
+        print(f"written {args.out / 'learning_curves.png'}")
+        return 0
 
     import ray
 

@@ -911,7 +911,9 @@ def test_cli_trace_and_summary(tmp_path):
                  "rllib-stock", "dgx-h100"):
         assert text in out, out
     updates_path = tmp_path / "run.updates.csv"
-    assert str(trace) in out and str(updates_path) in out
+    tiers_path = tmp_path / "run.tiers.csv"  # the third file (docs/metrics.md)
+    assert str(trace) in out and str(updates_path) in out and str(tiers_path) in out
+    assert read_csv(tiers_path)[0] == ["t", "tier", "used_bytes"]
     columns, chunks = read_csv(trace)
     assert columns == CHUNK_COLUMNS
     columns, updates = read_csv(updates_path)

@@ -1,4 +1,4 @@
-"""The plane's metrics, with DESIGN.md's definitions, measured on the wall clock.
+"""The plane's metrics, with the definitions of docs/metrics.md, measured on the wall clock.
 
 * **experience path** of a chunk: ``t_ready - t_created``, from when its producer finished it to when
   the batch that carries it sits complete in the learner's device memory.

@@ -288,7 +288,7 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
             return self.auditor.report()
 
     def metrics(self) -> dict[str, Any]:
-        """DESIGN.md metrics so far, plane counters, tier occupancy and live bandwidth estimates."""
+        """docs/metrics.md metrics so far, plane counters, tier occupancy and live bandwidth estimates."""
         with self._lock:
             out = self.metrics_.summary()
             out["tiers"] = {t.id: t.describe() for t in self.tiers.values()}

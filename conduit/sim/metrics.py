@@ -1,6 +1,6 @@
-"""What a simulation measured: per-chunk and per-update traces, segments, and DESIGN.md metrics.
+"""What a simulation measured: per-chunk and per-update traces, segments, and the metrics of docs/metrics.md.
 
-Definitions (DESIGN.md, used exactly):
+Definitions (docs/metrics.md, used exactly):
 
 * **experience path** of a chunk: ``t_ready - t_created``, where ``t_ready`` is when its data sits in
   the learner's compute-device memory in the layout the update consumes (after batch building,
@@ -107,7 +107,7 @@ class Recorder:
         return np.array(e), np.array(it)
 
     def metrics(self, warmup: int = 1) -> dict[str, Any]:
-        """DESIGN.md metrics over updates after ``warmup`` (the first ones fill empty pipelines)."""
+        """The metrics of docs/metrics.md over updates after ``warmup`` (the first ones fill empty pipelines)."""
         exposed, iteration = self.per_update(warmup)
         paths = np.array([c.t_ready - c.t_created for c in self.chunks.values() if not math.isnan(c.t_ready)])
         mean_iter = float(np.mean(iteration))
@@ -134,7 +134,8 @@ class Recorder:
     def write_trace(self, path: str | Path, tiers: list[tuple[float, str, float]] | None = None) -> list[Path]:
         """Per-chunk and per-update traces as CSV (``FILE`` and ``FILE`` with ``.updates`` before the
         suffix), or Parquet when the suffix is ``.parquet`` and pyarrow is installed; with ``tiers``
-        (time, tier, bytes used) also the tier occupancy over time (``FILE.tiers``)."""
+        (time, tier, bytes used) also the tier occupancy over time (``FILE`` with ``.tiers`` before the
+        suffix), so ``conduit sim --trace`` writes three files. Returns the paths written."""
         path = Path(path)
         chunk_rows = [
             {

@@ -8,7 +8,7 @@
   from EnvRunners on other nodes cross through Ray's object store), and hands its (picklable)
   handle to every EnvRunner and to the learner through their groups' public ``foreach_*`` calls.
 * ``on_env_runners_recreated``: a restarted EnvRunner is attached again.
-* ``on_train_result``: ``result["conduit"]`` gets the plane's metrics (DESIGN.md definitions:
+* ``on_train_result``: ``result["conduit"]`` gets the plane's metrics (docs/metrics.md definitions:
   ``exposed_experience_path_s``, ``experience_path_s``, ``iteration_time_s``,
   ``experience_share``, plus counters) and the live audit (``violations`` and what was checked),
   next to RLlib's own numbers.

@@ -29,7 +29,7 @@ Where the stamps come from (wall-clock ``time.time()``, compared across processe
   ``result["conduit_instrument"] = {"segments": {...}, "meta": {...}}``; :func:`segments` returns the
   numbers.
 
-Segments (milliseconds; the definitions are the reference's, the metric names DESIGN.md's):
+Segments (milliseconds; the definitions are the reference's, the metric names docs/metrics.md's):
 
 - ``a_ms`` EnvRunner->driver: driver receive time minus sample-end stamp (serialize, RPC, get);
 - ``a2_ms`` driver bookkeeping: from data arriving at the driver to handing it on (to the learner

@@ -23,7 +23,8 @@ not deep inside a training run.
   buffer, each batch trained ``max_reuse`` times) - RLlib never drops for staleness, so neither
   does Conduit within that bound.
 * ``replay`` (DQN, SAC): contract ``Replay(capacity, replay_ratio, min_size)``. ``capacity`` is the
-  replay buffer's, ``min_size`` is ``num_steps_sampled_before_learning_starts``, ``replay_ratio``
+  replay buffer's, ``min_size`` is ``num_steps_sampled_before_learning_starts`` less the steps the
+  EnvRunners hold back for their n-step windows (``(n_step - 1)`` per env), ``replay_ratio``
   is sampled steps per inserted step as RLlib's training loop runs it (``calculate_rr_weights``).
   Sampling is uniform over stored timesteps; a prioritized buffer config is reported as such in
   the result's ``conduit/notes``.
