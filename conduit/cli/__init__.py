@@ -5,6 +5,9 @@ One module per command or command group — :mod:`~conduit.cli.topology`, :mod:`
 ``register(sub)`` that adds its sub-parser and handlers. The CLI imports the backends, never the
 reverse; backends are imported when a command runs, so ``conduit --help`` stays fast.
 
+What every command shares (``--version``, ``-v``, one ``--no-progress`` flag and tqdm bar, help for a
+group without an action) is in :mod:`~conduit.cli.conventions`; ``docs/cli.md`` documents it.
+
 A handler takes parsed arguments and returns an exit code. A :class:`ConduitError` (a user mistake)
 becomes one line on stderr and exit status 2; any other exception is a bug and keeps its traceback.
 """
