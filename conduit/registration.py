@@ -19,12 +19,15 @@ tells its role. A plug-in that fails to import is listed with its error instead 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from conduit.errors import ConduitError, UnknownNameError
+
+log = logging.getLogger(__name__)  # conduit.registration
 
 ENTRY_POINT_GROUP = "conduit.policies"
 ROLES = ("policy", "placement", "scheduling")
@@ -96,6 +99,8 @@ class PolicyRegistry:
                 self.register(entry)
             except Exception as exc:  # noqa: BLE001 - a broken plug-in must not break the tool
                 self._broken[ep.name] = f"{origin}: {type(exc).__name__}: {exc}"
+                log.warning("policy plug-in %r failed to load (%s); other policies are unaffected",
+                            ep.name, self._broken[ep.name])
 
     def names(self, role: str | None = None) -> list[str]:
         self.load_plugins()

@@ -226,7 +226,7 @@ def test_cli_writes_a_file_that_sim_reproduces(tuned, tmp_path):
 
 def test_cli_default_output_path(tmp_path):
     proc = run("tune", "--topology", TOPOLOGY, "--workload", WORKLOAD, "--policy", "conduit", "--budget", "1",
-               "--iterations", "2", "--quiet", cwd=tmp_path)
+               "--iterations", "2", "--no-progress", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     path = tmp_path / "results" / f"tuned-conduit-{WORKLOAD}-{TOPOLOGY}.json"
     assert load_params(path, "conduit") == create_policy("conduit").params  # budget 1: the defaults

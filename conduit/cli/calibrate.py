@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+
+from conduit.cli import conventions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     cal = sub.add_parser("calibrate", help="measure this machine and write a topology file the simulator loads",
                          description="Measure memcpy, shared memory, pickle, disk, Ray's object store and (with "
                                      "CUDA) host<->device copies, and write an explicit-form topology YAML. "
-                                     "Progress goes to stderr.")
+                                     "One line per measurement goes to stderr (above a progress bar on a "
+                                     "terminal; with --no-progress, only with -v).")
     cal.add_argument("--out", help="write the topology YAML here (default: print it on stdout)")
     cal.add_argument("--quick", action="store_true", help="small sizes and few repeats: a few seconds, rougher")
     cal.add_argument("--no-ray", action="store_true", help="skip the Ray object store")
     cal.add_argument("--no-disk", action="store_true", help="skip the disk")
     cal.add_argument("--json", action="store_true",
                      help="print the raw measurements as one JSON object on stdout (YAML only to --out)")
+    conventions.add_progress_flag(cal, "progress bar or per-measurement lines")
     cal.set_defaults(handler=cmd_calibrate)
 
 
@@ -26,11 +31,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out is not None:
         cal.check_out_path(args.out)  # before minutes of measuring
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    log = logging.getLogger("conduit.calibrate")
+    with conventions.progress_bar("calibrating", conventions.progress_enabled(args, json_silences=False),
+                                  unit="step") as bar:
+        def progress(line: str) -> None:
+            if bar is not None:
+                bar.step(line)
+            elif args.no_progress:
+                log.info(line)
+            else:  # not a terminal: the lines alone, no bar
+                print(line, file=sys.stderr, flush=True)
 
-    text, measurements = cal.calibrate(args.out, quick=args.quick, ray=not args.no_ray, disk=not args.no_disk,
-                                       progress=progress)
+        text, measurements = cal.calibrate(args.out, quick=args.quick, ray=not args.no_ray, disk=not args.no_disk,
+                                           progress=progress)
     if args.json:
         print(cal.to_json(measurements))
     elif args.out is None:

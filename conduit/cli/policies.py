@@ -6,12 +6,15 @@ import argparse
 import json
 import re
 
+from conduit.cli.conventions import help_handler
+
 #: the 60 fixed Janus configurations, collapsed into one row unless ``--all``
 _JANUS_CONFIGURATION = re.compile(r"^janus-(pageable|pinned|gpu)-(co|nco)-(so|nso)-g\d+$")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     pol = sub.add_parser("policies", help="placement and scheduling policies")
+    pol.set_defaults(handler=help_handler(pol))  # no action: this help, exit 0
     pol_sub = pol.add_subparsers(title="policies commands", metavar="ACTION")
     pol_list = pol_sub.add_parser("list", help="built-in and plug-in policies, by name")
     pol_list.add_argument("--json", action="store_true")

@@ -8,31 +8,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
+from conduit.cli import conventions
 from conduit.errors import ConduitError
 from conduit.sim.run import DEFAULT_POLICY, simulate
 from conduit.units import Kind, format_quantity
-
-
-class _Progress:
-    """A one-line progress bar on stderr (only when it is a terminal)."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.last = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        pct = int(100 * done / total)
-        if pct == self.last:
-            return
-        self.last = pct
-        bar = "#" * (pct // 4)
-        sys.stderr.write(f"\r{self.label} [{bar:<25}] {done}/{total}")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -45,10 +26,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         from conduit.tuning_file import load_params
 
         params = load_params(args.params, args.policy)
-    show_progress = not args.json and not args.no_progress and sys.stderr.isatty()
-    progress = _Progress(f"simulating {args.workload} on {args.topology}") if show_progress else None
-    result = simulate(args.topology, args.workload, args.policy, iterations=args.iterations, seed=args.seed,
-                      params=params, progress=progress)
+    with conventions.progress_bar(f"simulating {args.workload} on {args.topology}",
+                                  conventions.progress_enabled(args), unit="update") as progress:
+        result = simulate(args.topology, args.workload, args.policy, iterations=args.iterations, seed=args.seed,
+                          params=params, progress=progress)
     written = result.recorder.write_trace(args.trace, tiers=result.tier_trace) if args.trace else []
     if args.json:
         print(dumps(result.to_dict()))
@@ -110,12 +91,15 @@ def _t(seconds: float) -> str:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sim", help="simulate a workload's experience path on a topology")
     p.add_argument("--topology", default="dgx-h100-x2", help="library name or YAML path (default dgx-h100-x2)")
-    p.add_argument("--workload", default="ppo", help="preset name or YAML path (default ppo)")
-    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"registered policy name (default {DEFAULT_POLICY})")
+    p.add_argument("--workload", default="ppo",
+                   help=f"preset name or YAML path (default ppo; presets: {conventions.workload_choices()})")
+    p.add_argument("--policy", default=DEFAULT_POLICY,
+                   help=f"registered policy name (default {DEFAULT_POLICY}; policies: {conventions.policy_choices()}; "
+                        "see 'conduit policies list')")
     p.add_argument("--params", type=Path, help="tuned-parameter file written by 'conduit tune'")
     p.add_argument("--iterations", type=int, default=10, help="learner updates to simulate (default 10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (metrics per docs/metrics.md, audit)")
     p.add_argument("--trace", type=Path, help="chunk, update and tier traces: t.csv, t.updates.csv, t.tiers.csv")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    conventions.add_progress_flag(p)
     p.set_defaults(handler=cmd_sim)

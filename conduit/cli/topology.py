@@ -5,27 +5,44 @@ from __future__ import annotations
 import argparse
 import json
 
+from conduit.cli.conventions import help_handler
+from conduit.errors import ConduitError
 from conduit.units import Kind, format_quantity
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     topo = sub.add_parser("topology", help="validate and inspect hardware topologies")
+    topo.set_defaults(handler=help_handler(topo))  # no action: this help, exit 0
     topo_sub = topo.add_subparsers(title="topology commands", metavar="ACTION")
     validate = topo_sub.add_parser("validate", help="check a topology file; exit 0 when it is good")
     validate.add_argument("file", help="a YAML path or a library name")
+    validate.add_argument("--json", action="store_true",
+                          help='print one JSON object: {"ok", "file", "source", "name", "nodes", "gpus", '
+                               '"devices", "links"}, or {"ok": false, "file", "error"} (exit status as without)')
     validate.set_defaults(handler=cmd_topology_validate)
     show = topo_sub.add_parser("show", help="summarise a topology: devices, tiers, GPU paths")
     show.add_argument("topology", help="a library name (e.g. dgx-h100) or a YAML path")
     show.add_argument("--json", action="store_true", help="print the summary as JSON")
     show.set_defaults(handler=cmd_topology_show)
     lst = topo_sub.add_parser("list", help="list the library topologies")
+    lst.add_argument("--json", action="store_true", help='print one JSON object: {"topologies": [NAME, ...]}')
     lst.set_defaults(handler=cmd_topology_list)
 
 
 def cmd_topology_validate(args: argparse.Namespace) -> int:
     from conduit.topology import load_topology
 
-    topology = load_topology(args.file)
+    try:
+        topology = load_topology(args.file)
+    except ConduitError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"ok": False, "file": str(args.file), "error": str(exc)}, indent=2))
+        raise  # the usual one-line message on stderr and exit status
+    if getattr(args, "json", False):
+        print(json.dumps({"ok": True, "file": str(args.file), "source": str(topology.source), "name": topology.name,
+                          "nodes": len(topology.nodes), "gpus": len(topology.devices_of("gpu")),
+                          "devices": len(topology.devices), "links": len(topology.links)}, indent=2))
+        return 0
     print(f"{topology.source}: ok ({topology!r})")
     return 0
 
@@ -33,7 +50,11 @@ def cmd_topology_validate(args: argparse.Namespace) -> int:
 def cmd_topology_list(args: argparse.Namespace) -> int:
     from conduit.topology import library_names
 
-    print("\n".join(library_names()))
+    names = library_names()
+    if getattr(args, "json", False):
+        print(json.dumps({"topologies": names}, indent=2))
+        return 0
+    print("\n".join(names))
     return 0
 
 

@@ -4,11 +4,12 @@ and write the best to a file ``conduit sim --params`` loads."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
+from conduit.cli import conventions
 from conduit.errors import ConduitError
 from conduit.sim.tune import (
     DEFAULT_BUDGET,
@@ -16,29 +17,11 @@ from conduit.sim.tune import (
     DEFAULT_OBJECTIVE,
     OBJECTIVES,
     TuneResult,
+    _json_metrics,
+    _plain,
     tune,
     write_result,
 )
-
-
-class _Bar:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.open = False
-
-    def __call__(self, done: int, total: int) -> None:
-        filled = int(25 * done / total)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled:<25}] {done}/{total} simulations")
-        sys.stderr.flush()
-        self.open = True
-
-    def close(self) -> None:
-        if self.open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.open = False
 
 
 def _time(seconds: Any) -> str:
@@ -101,17 +84,45 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConduitError(f"--budget must be >= 1 (simulations, the defaults included), got {args.budget}")
     if args.iterations < 1:
         raise ConduitError(f"--iterations must be >= 1, got {args.iterations}")
-    bar = _Bar(f"tuning {args.policy} for {args.workload} on {args.topology}") \
-        if not args.quiet and sys.stderr.isatty() else None
-    try:
+    with conventions.progress_bar(f"tuning {args.policy} for {args.workload} on {args.topology}",
+                                  conventions.progress_enabled(args), unit="simulation") as bar:
         result = tune(args.topology, args.workload, args.policy, budget=args.budget, seed=args.seed,
                       iterations=args.iterations, objective=args.objective, progress=bar)
-    finally:
-        if bar is not None:
-            bar.close()
     written = write_result(result, args.out)
+    if args.json:
+        print(json.dumps(result_json(result, written), indent=2))
+        return 0
     print_table(result, written)
     return 0
+
+
+#: the keys of ``conduit tune --json``, in order (documented in the README)
+JSON_KEYS = ("policy", "topology", "workload", "objective", "budget", "simulations", "infeasible", "seed",
+             "iterations", "wall_s", "default_params", "best_params", "default_metrics", "best_metrics",
+             "improved", "gains", "written")
+
+
+def result_json(result: TuneResult, written: Path | None) -> dict[str, Any]:
+    """``conduit tune --json``: one object with :data:`JSON_KEYS`. Non-finite numbers are null;
+    ``gains`` maps each metric the table shows to ``{"ratio": default/best, "reduction_percent"}``."""
+    def finite(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
+    gains = {}
+    for key in ("exposed_experience_path_s", "iteration_time_s"):
+        ratio, percent = result.gain(key)
+        gains[key] = {"ratio": finite(ratio), "reduction_percent": finite(percent)}
+    out = {
+        "policy": result.policy, "topology": str(result.topology), "workload": str(result.workload),
+        "objective": result.objective, "budget": result.budget, "simulations": result.simulations,
+        "infeasible": sum(not t.feasible for t in result.history), "seed": result.seed,
+        "iterations": result.iterations, "wall_s": result.wall_s,
+        "default_params": {k: _plain(v) for k, v in result.default_params.items()},
+        "best_params": {k: _plain(v) for k, v in result.best_params.items()},
+        "default_metrics": _json_metrics(result.default_metrics), "best_metrics": _json_metrics(result.best_metrics),
+        "improved": result.improved, "gains": gains, "written": str(written) if written is not None else None,
+    }
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -121,8 +132,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "feasible parameters (zero audit violations) are written to a file that "
                                    "'conduit sim --params FILE' loads.")
     p.add_argument("--topology", required=True, help="library name or YAML path")
-    p.add_argument("--workload", required=True, help="preset name or YAML path")
-    p.add_argument("--policy", required=True, help="registered policy name (one that declares a space)")
+    p.add_argument("--workload", required=True,
+                   help=f"preset name or YAML path (presets: {conventions.workload_choices()})")
+    p.add_argument("--policy", required=True,
+                   help=f"registered policy name, one that declares a space (policies: {conventions.policy_choices()})")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                    help=f"simulations, the defaults included (default {DEFAULT_BUDGET})")
     p.add_argument("--seed", type=int, default=0, help="seeds the search and the simulator (default 0)")
@@ -132,5 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"what to minimise (default {DEFAULT_OBJECTIVE}; ties broken by the other)")
     p.add_argument("--out", type=Path,
                    help="tuned-parameter file (default results/tuned-<policy>-<workload>-<topology>.json)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the table (keys: " + ", ".join(JSON_KEYS) + ")")
+    conventions.add_progress_flag(p)
     p.set_defaults(handler=cmd_tune)

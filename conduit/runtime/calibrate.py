@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import logging
 import math
 import os
 import pickle
@@ -54,6 +55,8 @@ from conduit._extras import install_hint, installed
 from conduit.errors import ConduitError
 from conduit.runtime.media import cuda_available
 from conduit.units import Kind, format_quantity, parse_quantity
+
+log = logging.getLogger(__name__)  # conduit.runtime.calibrate: what could not be measured
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -632,6 +635,8 @@ def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, pr
 
     def keep(*ms: Measurement) -> None:
         for m in ms:
+            if m.samples == 0:
+                log.warning("calibrate: %s not measured: %s", m.name, m.note)
             out[m.name] = _report(progress, m)
 
     keep(_measure_memcpy(plan))

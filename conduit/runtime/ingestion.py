@@ -7,6 +7,7 @@ Producers in other processes reach the same path through shared-memory rings.
 
 from __future__ import annotations
 
+import logging
 import select
 import threading
 import time
@@ -28,6 +29,8 @@ from conduit.runtime.records import (
     _timeout_arg,
 )
 from conduit.runtime.tiers import Extent, RuntimeTier
+
+log = logging.getLogger(__name__)  # conduit.runtime.ingestion: the counted failures, with their details
 from conduit.runtime.transfer import copy_rows
 
 
@@ -238,6 +241,8 @@ class Ingestion:
         elif not self._closed and self._error is None:
             self.metrics_.count("failed_ingests")
             self._last_ingest_error = repr(exc)
+            log.warning("ingest of chunk %r failed (its reservations given back; raised to the producer): %r",
+                        c.meta.id, exc)
         self._cond.notify_all()
         self._pump()  # rows given back in a batch may be filled from what is pending
 
@@ -294,6 +299,7 @@ class Ingestion:
         if new is None:  # room by the books, none in one piece: the chunk stays where it is
             self.metrics_.count("failed_spills")
             self._last_spill_error = f"spill of chunk {move.chunk_id!r}: {dst.id} has no contiguous room"
+            log.warning("%s; the chunk stays in %s", self._last_spill_error, tier.id)
             return
         old = c.extent
         try:  # under the lock: nothing else reads or frees either extent meanwhile
@@ -304,6 +310,7 @@ class Ingestion:
             new.free()
             self.metrics_.count("failed_spills")
             self._last_spill_error = f"spill of chunk {move.chunk_id!r} to {dst.id} failed: {exc!r}"
+            log.warning("%s; the chunk stays in %s, intact", self._last_spill_error, tier.id)
             return
         old.free()
         c.extent = new
@@ -339,6 +346,8 @@ class Ingestion:
                 except Exception as exc:  # noqa: BLE001 - a broken ring must not stop the others; counted
                     self.metrics_.count("ring_errors")
                     self._last_ring_error = repr(exc)
+                    log.warning("producer ring %r: poll failed (the other rings go on): %r",
+                                getattr(ring, "producer", "?"), exc)
                     continue
                 for rec in records:
                     idle = False
@@ -369,5 +378,7 @@ class Ingestion:
                     break
                 self.metrics_.count("ring_rejected_chunks")
                 self._last_ring_error = str(exc) if isinstance(exc, ConduitError) else repr(exc)
+                log.warning("producer ring %r: chunk %r refused and dropped: %s", getattr(ring, "producer", "?"),
+                            rec.chunk_id, self._last_ring_error)
                 break
         ring.release(rec)

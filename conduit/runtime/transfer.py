@@ -23,6 +23,7 @@ the memory a job touches knows when nothing of it is left running.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -33,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from conduit.runtime.estimator import BandwidthEstimator
+
+log = logging.getLogger(__name__)  # conduit.runtime.transfer
 
 
 def _is_tensor(x: Any) -> bool:
@@ -188,10 +191,9 @@ class TransferEngine:
                     self.errors += 1
             try:
                 job.done(err)
-            except Exception:  # noqa: BLE001 - a callback bug must not kill the worker; printed
-                import traceback
-
-                traceback.print_exc()
+            except Exception:  # a callback bug must not kill the worker; logged
+                log.exception("transfer on route %s: the completion callback raised (the worker goes on)",
+                              job.route)
             finally:
                 with self._idle:
                     self._in_flight -= 1

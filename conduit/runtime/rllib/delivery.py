@@ -21,6 +21,7 @@ it keeps the stock path for good and says why in the learner's metrics.
 from __future__ import annotations
 
 import copy
+import logging
 import queue
 import threading
 import time
@@ -31,6 +32,8 @@ import numpy as np
 
 from conduit.runtime.plane import DeliveryTimeout
 from conduit.runtime.rllib.layout import TRAJECTORY, rebuild_trajectories, rebuild_transitions
+
+log = logging.getLogger(__name__)  # conduit.runtime.rllib.delivery
 
 
 def rebuild(batch: Any, layout: str, spaces: tuple[Any, Any]) -> list:
@@ -133,6 +136,7 @@ class Prefetcher:
                 except DeliveryTimeout:  # nothing to sample yet (warm-up, rate limiter): ask again
                     continue
                 except BaseException as exc:  # noqa: BLE001 - handed to the learner's next update
+                    log.warning("batch prefetch stopped: %r (raised at the learner's next update)", exc)
                     self._error = exc
                     return
 

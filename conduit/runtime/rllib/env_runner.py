@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 import time
 from typing import Any, ClassVar
@@ -29,6 +30,8 @@ from typing import Any, ClassVar
 from conduit.errors import ConduitError
 from conduit.runtime.rllib.layout import TRAJECTORY, TransitionPacker, pack_trajectories
 from conduit.runtime.rllib.plan import Plan
+
+log = logging.getLogger(__name__)  # conduit.runtime.rllib.env_runner
 
 TICKET_KEY = "conduit_ticket"
 MAX_IN_FLIGHT = 16  # unacknowledged chunks per EnvRunner before sample() waits for the plane
@@ -155,6 +158,7 @@ class _Sender:
                         # one chunk: the group's episode pieces, its first id, its oldest sample's time
                         self._send([e for i in group for e in i[0]], group[0][1], group[0][2], group[0][3])
             except BaseException as exc:  # noqa: BLE001 - raised by the runner's next sample()
+                log.warning("sending experience to the plane failed: %r (raised by the runner's next sample())", exc)
                 self.error = exc
             finally:
                 for _ in items:

@@ -26,6 +26,7 @@ before update *k* has ended and its weights reached the EnvRunners.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +39,8 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from conduit.errors import ConduitError
 from conduit.runtime.plane import DeliveryTimeout
 from conduit.runtime.rllib.layout import rebuild_trajectories, run_rows
+
+log = logging.getLogger(__name__)  # conduit.runtime.rllib.values
 
 # the pieces of a stock PPO learner pipeline (plus the instrument's pass-through stamps): with only
 # these before GAE, the batch's observations are the episodes' observations, as the stream sees them
@@ -61,6 +64,10 @@ class _StreamedValues(ValueFunctionAPI):
         obs = batch[Columns.OBS]
         if len(obs) != len(self._values):  # not the batch the stream prepared: be exact, not fast
             self._counters["fallback"] += 1
+            # the first fallback at WARNING, later ones at DEBUG (counted in "fallback")
+            log.log(logging.WARNING if self._counters["fallback"] == 1 else logging.DEBUG,
+                    "streamed values: the batch has %d rows, the stream prepared %d; the full value pass runs "
+                    "instead (fallback #%d)", len(obs), len(self._values), self._counters["fallback"])
             return self._module.compute_values(batch)
         self._counters["streamed"] += 1
         return torch.as_tensor(self._values, device=obs.device if hasattr(obs, "device") else None)
@@ -205,6 +212,7 @@ class ValueStream:
                     a.complete = a.complete or (peek.complete and a.stop >= peek.rows)
                     self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - surfaced to the learner's next update
+            log.warning("value stream stopped: %r (raised at the learner's next update)", exc)
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()
