@@ -35,7 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed stdout shows here, not in the interpreter's exit flush
+        return code
     except ConduitError as exc:
         print(f"conduit: error: {exc}", file=sys.stderr)
         return 2
