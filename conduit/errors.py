@@ -8,6 +8,50 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import reprlib
+
+
+class _BoundedRepr(reprlib.Repr):
+    """:mod:`reprlib` with the limits below, applied to subclasses of the builtin containers too
+    (plain ``reprlib`` falls back to the full ``repr`` for, say, a ``dict`` subclass)."""
+
+    _BASES = (dict, list, tuple, set, frozenset, str, int)
+
+    def repr1(self, x, level):
+        for base in self._BASES:
+            if isinstance(x, base) and type(x) is not base and not isinstance(x, bool):
+                return getattr(self, f"repr_{base.__name__}")(x, level)
+        if isinstance(x, bytes | bytearray) and len(x) > self.maxother:
+            return repr(bytes(x[: self.maxother])) + "..."
+        return super().repr1(x, level)
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 200:  # repr() of a huge int is slow, or refused past 4,300 digits
+            return f"<int of {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_BOUNDED = _BoundedRepr()
+_BOUNDED.maxstring = _BOUNDED.maxother = 120
+_BOUNDED.maxlong = 60
+_BOUNDED.maxlist = _BOUNDED.maxtuple = _BOUNDED.maxdict = _BOUNDED.maxset = _BOUNDED.maxfrozenset = 5
+_BOUNDED.maxlevel = 3
+#: the most characters :func:`shown` returns
+SHOWN_MAX = 200
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` bounded to a few hundred characters, for error messages.
+
+    A value read from a user's file can be huge (a YAML alias bomb expands to billions of items when
+    printed; a huge integer has thousands of digits), so a message never prints it whole: long
+    strings and numbers are cut, containers show their first items and a few levels."""
+    try:
+        text = _BOUNDED.repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= SHOWN_MAX else text[: SHOWN_MAX - 3] + "..."
+
 
 class ConduitError(Exception):
     """A user-facing error with a message that names what is wrong."""

@@ -18,17 +18,12 @@ per-batch or per-chunk batch building, pinned or pageable copies, coalescing gra
 from __future__ import annotations
 
 import math
-import reprlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from conduit.errors import ConduitError
+from conduit.errors import ConduitError, shown
 from conduit.view import ClusterView
-
-_shown = reprlib.Repr()
-_shown.maxstring = _shown.maxother = 120
-_shown.maxlist = _shown.maxtuple = _shown.maxdict = _shown.maxset = 6
 
 
 class InvalidDecision(ConduitError):
@@ -48,7 +43,7 @@ class InvalidDecision(ConduitError):
         self.call = call
         self.code = code
         where = f" in {call}()" if call else ""
-        super().__init__(f"policy {policy!r} made an invalid decision{where} {_shown.repr(decision)}: {reason}")
+        super().__init__(f"policy {policy!r} made an invalid decision{where} {shown(decision)}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -148,17 +143,19 @@ class PathSettings:
 
     def __post_init__(self) -> None:
         if self.route not in ("driver", "direct"):
-            raise ConduitError(f"path setting 'route' must be 'driver' or 'direct', got {self.route!r}")
+            raise ConduitError(f"path setting 'route' must be 'driver' or 'direct', got {shown(self.route)}")
         if self.batch_build not in ("per-batch", "per-chunk"):
             raise ConduitError(
-                f"path setting 'batch_build' must be 'per-batch' or 'per-chunk', got {self.batch_build!r}"
+                f"path setting 'batch_build' must be 'per-batch' or 'per-chunk', got {shown(self.batch_build)}"
             )
         for name, minimum in (("granularity", 1), ("prefetch_depth", 0), ("split", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ConduitError(f"path setting {name!r} must be an integer >= {minimum}, got {value!r}")
-        if self.target_chunk_bytes is not None and not self.target_chunk_bytes > 0:
-            raise ConduitError(f"path setting 'target_chunk_bytes' must be > 0, got {self.target_chunk_bytes!r}")
+                raise ConduitError(f"path setting {name!r} must be an integer >= {minimum}, got {shown(value)}")
+        size = self.target_chunk_bytes
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int | float)
+                                 or not 0 < size < math.inf):
+            raise ConduitError(f"path setting 'target_chunk_bytes' must be a finite number > 0, got {shown(size)}")
 
 
 @dataclass(frozen=True)

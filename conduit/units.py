@@ -18,7 +18,7 @@ import math
 import re
 from enum import Enum
 
-from conduit.errors import UnitError
+from conduit.errors import UnitError, shown
 
 
 class Kind(str, Enum):
@@ -65,27 +65,28 @@ def parse_quantity(value: object, kind: Kind | str) -> float:
     """
     kind = Kind(kind)
     if isinstance(value, bool):
-        raise UnitError(f"expected a {kind.value} quantity, got a boolean {value!r}")
+        raise UnitError(f"expected a {kind.value} quantity, got a boolean {shown(value)}")
     if isinstance(value, int | float):
         number = float(value)
     elif isinstance(value, str):
-        match = _QUANTITY.match(value)
+        # no quantity is longer; the bound keeps the regular expression's backtracking short
+        match = _QUANTITY.match(value) if len(value) <= 100 else None
         if not match:
-            raise UnitError(f"cannot parse {value!r} as a {kind.value} quantity")
+            raise UnitError(f"cannot parse {shown(value)} as a {kind.value} quantity")
         number, unit = float(match.group(1)), match.group(2)
         if unit is not None:
             if unit not in UNITS:
-                raise UnitError(f"unknown unit {unit!r} in {value!r}")
+                raise UnitError(f"unknown unit {shown(unit)} in {shown(value)}")
             unit_kind, scale = UNITS[unit]
             if unit_kind is not kind:
                 raise UnitError(
-                    f"{value!r} is a {unit_kind.value} quantity, expected {kind.value}"
+                    f"{shown(value)} is a {unit_kind.value} quantity, expected {kind.value}"
                 )
             number *= scale
     else:
-        raise UnitError(f"expected a {kind.value} quantity, got {type(value).__name__} {value!r}")
+        raise UnitError(f"expected a {kind.value} quantity, got {type(value).__name__} {shown(value)}")
     if not math.isfinite(number):
-        raise UnitError(f"{value!r} is not a finite {kind.value} quantity")
+        raise UnitError(f"{shown(value)} is not a finite {kind.value} quantity")
     return number
 
 

@@ -7,6 +7,7 @@ import logging
 import sys
 
 from conduit.cli import conventions
+from conduit.errors import ConduitError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +24,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="print the raw measurements as one JSON object on stdout (YAML only to --out)")
     conventions.add_progress_flag(cal, "progress bar or per-measurement lines")
     cal.set_defaults(handler=cmd_calibrate)
+
+
+def _helper_died(exc: BaseException) -> str:
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if any(f.filename.endswith("resource_tracker.py") for f in frames):
+        return ("calibrate: Python's multiprocessing resource tracker (which shared-memory measurements need) "
+                "could not start or died; nothing was written. Check that this Python can start "
+                "subprocesses, or run where /dev/shm is usable")
+    return f"calibrate: a helper process's pipe broke ({exc}); nothing was written"
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -42,8 +54,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             else:  # not a terminal: the lines alone, no bar
                 print(line, file=sys.stderr, flush=True)
 
-        text, measurements = cal.calibrate(args.out, quick=args.quick, ray=not args.no_ray, disk=not args.no_disk,
-                                           progress=progress)
+        try:
+            text, measurements = cal.calibrate(args.out, quick=args.quick, ray=not args.no_ray,
+                                               disk=not args.no_disk, progress=progress)
+        except BrokenPipeError as exc:  # stdout is written below, so this is a helper process's pipe
+            raise ConduitError(_helper_died(exc)) from None
     if args.json:
         print(cal.to_json(measurements))
     elif args.out is None:

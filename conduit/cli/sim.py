@@ -1,19 +1,23 @@
 """``conduit sim``: simulate a workload's experience path on a topology (:func:`conduit.sim.run.simulate`).
 
-Prints a readable summary by default, or with ``--json`` the one JSON object DESIGN.md fixes
-(``metrics`` with the four DESIGN.md metrics, ``audit`` with ``violations``).
+Prints a readable summary by default, or with ``--json`` one JSON object (``metrics`` with the four
+metrics of docs/metrics.md, ``audit`` with ``violations``). Exits 3 when the audit counts violations.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
-from conduit.cli import conventions
+from conduit.cli import _args, conventions
 from conduit.errors import ConduitError
-from conduit.sim.run import DEFAULT_POLICY, simulate
+from conduit.sim.run import DEFAULT_POLICY, MAX_ITERATIONS, simulate
 from conduit.units import Kind, format_quantity
+
+#: ``conduit sim``'s exit status when the run finished but the audit counted violations
+EXIT_VIOLATIONS = 3
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -21,6 +25,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     if args.iterations < 1:
         raise ConduitError(f"--iterations must be >= 1, got {args.iterations}")
+    if args.trace:
+        from conduit.sim.metrics import Recorder
+
+        Recorder.check_trace_path(args.trace)  # before the run, not after it
     params = None
     if args.params:
         from conduit.tuning_file import load_params
@@ -33,10 +41,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
     written = result.recorder.write_trace(args.trace, tiers=result.tier_trace) if args.trace else []
     if args.json:
         print(dumps(result.to_dict()))
-        return 0
+        return EXIT_VIOLATIONS if result.audit.violations else 0
     print_summary(result)
     for path in written:
         print(f"trace written: {path}")
+    if result.audit.violations:
+        print(f"conduit sim: the audit found {result.audit.violations} violation(s) "
+              f"(exit status {EXIT_VIOLATIONS})", file=sys.stderr)
+        return EXIT_VIOLATIONS
     return 0
 
 
@@ -89,7 +101,11 @@ def _t(seconds: float) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sim", help="simulate a workload's experience path on a topology")
+    p = sub.add_parser("sim", help="simulate a workload's experience path on a topology",
+                       epilog=f"Exit status: 0 when the run finished with zero audit violations, "
+                              f"{EXIT_VIOLATIONS} when the audit counted violations (the results are still "
+                              f"printed), 2 for a usage or input error (a message names the argument, file or "
+                              f"field), 1 for a bug in Conduit.")
     p.add_argument("--topology", default="dgx-h100-x2", help="library name or YAML path (default dgx-h100-x2)")
     p.add_argument("--workload", default="ppo",
                    help=f"preset name or YAML path (default ppo; presets: {conventions.workload_choices()})")
@@ -97,8 +113,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"registered policy name (default {DEFAULT_POLICY}; policies: {conventions.policy_choices()}; "
                         "see 'conduit policies list')")
     p.add_argument("--params", type=Path, help="tuned-parameter file written by 'conduit tune'")
-    p.add_argument("--iterations", type=int, default=10, help="learner updates to simulate (default 10)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--iterations", type=_args.iterations, default=10,
+                   help=f"learner updates to simulate, 1 to {MAX_ITERATIONS:,} (default 10)")
+    p.add_argument("--seed", type=_args.seed, default=0, help="a non-negative integer (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object (metrics per docs/metrics.md, audit)")
     p.add_argument("--trace", type=Path, help="chunk, update and tier traces: t.csv, t.updates.csv, t.tiers.csv")
     conventions.add_progress_flag(p)

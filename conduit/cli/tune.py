@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from conduit.cli import conventions
+from conduit.cli import _args, conventions
 from conduit.errors import ConduitError
 from conduit.sim.tune import (
     DEFAULT_BUDGET,
@@ -138,8 +138,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"registered policy name, one that declares a space (policies: {conventions.policy_choices()})")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                    help=f"simulations, the defaults included (default {DEFAULT_BUDGET})")
-    p.add_argument("--seed", type=int, default=0, help="seeds the search and the simulator (default 0)")
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+    p.add_argument("--seed", type=_args.seed, default=0, help="seeds the search and the simulator (default 0)")
+    p.add_argument("--iterations", type=_args.iterations, default=DEFAULT_ITERATIONS,
                    help=f"learner updates per simulation (default {DEFAULT_ITERATIONS})")
     p.add_argument("--objective", choices=OBJECTIVES, default=DEFAULT_OBJECTIVE,
                    help=f"what to minimise (default {DEFAULT_OBJECTIVE}; ties broken by the other)")

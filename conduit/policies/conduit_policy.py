@@ -30,14 +30,18 @@ sampling, the next batch prepared during the update, and fragments handed over i
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from conduit.errors import ConduitError, shown
 from conduit.policies.components import EarliestDeadlineFirst, spill_down
 from conduit.policy import ChunkInfo, InvalidDecision, Move, Param, PathSettings, Placement, Policy
 from conduit.topology.model import SPILL_ORDER, TierKind
+from conduit.units import Kind, parse_quantity
 from conduit.view import ClusterView, TierState
 
 
@@ -48,6 +52,12 @@ class BandwidthAwarePlacement:
     headroom: float = 0.05
     peers: bool = True
     name: str = "bandwidth-aware"
+
+    def __post_init__(self) -> None:
+        h = self.headroom
+        if isinstance(h, bool) or not isinstance(h, numbers.Real) or not 0 <= h < 1:
+            raise ConduitError(f"headroom must be a number in [0, 1) (the fraction of each tier kept free), "
+                               f"got {shown(h)}")
 
     def candidates(self, chunk: ChunkInfo, view: ClusterView, nbytes: float | None = None,
                    complete: bool = False) -> list[TierState]:
@@ -205,13 +215,23 @@ def greedy_gap(chunks: Sequence[ChunkInfo], view, placement: BandwidthAwarePlace
 
 def conduit(target_chunk_bytes: float = 8e6, depth: int = 2, granularity: int = 1, headroom: float = 0.05) -> Policy:
     """Conduit: bandwidth/capacity-aware placement, deadline scheduling, per-chunk batch building."""
+    try:
+        size = parse_quantity(target_chunk_bytes, Kind.BYTES)  # a number of bytes, or "8 MB"
+    except ConduitError as exc:
+        raise ConduitError(f"target_chunk_bytes: {exc}") from None
+    if not 0 < size < math.inf:
+        raise ConduitError(f"target_chunk_bytes must be > 0, got {shown(target_chunk_bytes)}")
+    for name, value, minimum in (("depth", depth, 0), ("granularity", granularity, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+            raise ConduitError(f"{name} must be an integer >= {minimum}, got {shown(value)}")
+    depth, granularity = int(depth), int(granularity)
     return Policy(
         name="conduit",
         placement=BandwidthAwarePlacement(headroom=headroom),
         scheduling=DeadlineScheduler(depth=depth),
         path=PathSettings(route="direct", batch_build="per-chunk", pinned=True, granularity=granularity,
                           overlap_collection=True, overlap_update=True, prefetch_depth=depth,
-                          target_chunk_bytes=float(target_chunk_bytes)),
+                          target_chunk_bytes=size),
         params={"target_chunk_bytes": target_chunk_bytes, "depth": depth, "granularity": granularity,
                 "headroom": headroom},
         space=(

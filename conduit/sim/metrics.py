@@ -131,6 +131,39 @@ class Recorder:
         return {n: float(np.mean([self.segments[k].get(n, 0.0) for k in iters])) for n in names}
 
     # -- traces ---------------------------------------------------------------------------------
+    @staticmethod
+    def trace_paths(path: str | Path) -> list[Path]:
+        """The files :meth:`write_trace` may write for ``path``: chunks, updates, tiers."""
+        path = Path(path)
+        return [path, path.with_name(f"{path.stem}.updates{path.suffix}"),
+                path.with_name(f"{path.stem}.tiers{path.suffix}")]
+
+    @classmethod
+    def check_trace_path(cls, path: str | Path) -> None:
+        """Refuse, before a run, a trace path that cannot be written: a directory (or one of the
+        derived ``.updates``/``.tiers`` names is), a folder that does not exist or is not writable,
+        or ``.parquet`` without pyarrow."""
+        import os
+
+        from conduit.errors import ConduitError
+
+        path = Path(path)
+        if path.is_dir():
+            raise ConduitError(f"--trace {path}: is a directory; give a file name such as {path / 'trace.csv'}")
+        for target in cls.trace_paths(path)[1:]:
+            if target.is_dir():
+                raise ConduitError(f"--trace {path}: {target}, one of the files a trace writes, is a directory")
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise ConduitError(f"--trace {path}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise ConduitError(f"--trace {path}: directory {parent} is not writable")
+        if path.suffix == ".parquet":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise ConduitError("--trace FILE.parquet needs pyarrow; use a .csv file name instead") from None
+
     def write_trace(self, path: str | Path, tiers: list[tuple[float, str, float]] | None = None) -> list[Path]:
         """Per-chunk and per-update traces as CSV (``FILE`` and ``FILE`` with ``.updates`` before the
         suffix), or Parquet when the suffix is ``.parquet`` and pyarrow is installed; with ``tiers``

@@ -6,11 +6,26 @@ registered policy, ``janus-best``) and runs one :class:`~conduit.sim.engine.Simu
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
-from conduit.errors import ConduitError
+from conduit.errors import ConduitError, shown
 
 DEFAULT_POLICY = "rllib-stock"
+#: the most learner updates one simulation may run: about 20 minutes and a few GB of traces for
+#: 16 GPUs (``conduit sim`` and ``conduit tune`` refuse more)
+MAX_ITERATIONS = 100_000
+#: seeds are non-negative integers below 2**64 (numpy's seeding refuses negative ones)
+MAX_SEED = 2**64 - 1
+
+
+def check_run_arguments(iterations: Any, seed: Any) -> None:
+    """Refuse an iteration count or a seed that no run can use, naming it."""
+    if (isinstance(iterations, bool) or not isinstance(iterations, numbers.Integral)
+            or not 1 <= iterations <= MAX_ITERATIONS):
+        raise ConduitError(f"iterations must be an integer in [1, {MAX_ITERATIONS:,}], got {shown(iterations)}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
+        raise ConduitError(f"seed must be a non-negative integer below 2**64, got {shown(seed)}")
 
 
 def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iterations: int = 10, seed: int = 0,
@@ -26,6 +41,7 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
     from conduit.sim.workload import load_workload
     from conduit.topology import Topology, load_topology
 
+    check_run_arguments(iterations, seed)
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     wl = load_workload(workload)
     if isinstance(policy, str) and policy == "janus-best":

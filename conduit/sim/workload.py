@@ -24,13 +24,15 @@ plus ``ref-*`` workloads that restate the reference measurements' runs. Users ad
 
 from __future__ import annotations
 
+import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from conduit.contracts import BoundedStaleness, OnPolicy, Replay
-from conduit.errors import ConduitError, UnknownNameError
+from conduit.errors import ConduitError, UnknownNameError, shown
 from conduit.units import Kind, parse_quantity
 
 ALGORITHMS = ("ppo", "appo", "dqn")
@@ -112,19 +114,25 @@ class Workload:
         return asdict(self)
 
     def validate(self, source: str = "<workload>") -> Workload:
-        if self.algorithm not in ALGORITHMS:
-            raise WorkloadError(source, "algorithm", f"must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise WorkloadError(source, "name", f"must be a non-empty string, got {shown(self.name)}")
+        if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
+            raise WorkloadError(source, "algorithm", f"must be one of {', '.join(ALGORITHMS)}, got {shown(self.algorithm)}")
+        if not isinstance(self.local_learner, bool):
+            raise WorkloadError(source, "local_learner", f"must be true or false, got {shown(self.local_learner)}")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("name", "algorithm", "local_learner") or value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise WorkloadError(source, f.name, f"must be a number, got {value!r}")
+                raise WorkloadError(source, f.name, f"must be a number, got {shown(value)}")
+            if not math.isfinite(value):
+                raise WorkloadError(source, f.name, f"must be a finite number, got {shown(value)}")
             if f.type in ("int", "int | None") and int(value) != value:
-                raise WorkloadError(source, f.name, f"must be an integer, got {value!r}")
+                raise WorkloadError(source, f.name, f"must be an integer, got {shown(value)}")
             minimum = 0 if f.name in _MAY_BE_ZERO else 1e-300
             if value < minimum:
-                raise WorkloadError(source, f.name, f"must be {'>= 0' if minimum == 0 else '> 0'}, got {value!r}")
+                raise WorkloadError(source, f.name, f"must be {'>= 0' if minimum == 0 else '> 0'}, got {shown(value)}")
         if self.train_batch_per_learner < self.chunk_steps and self.algorithm == "ppo":
             raise WorkloadError(
                 source,
@@ -349,8 +357,8 @@ def workload_from_dict(data: Any, source: str) -> Workload:
     if not isinstance(data, Mapping):
         raise WorkloadError(source, None, f"top level must be a mapping, got {type(data).__name__}")
     base_name = data.get("base")
-    if base_name is not None and base_name not in PRESETS:
-        raise WorkloadError(source, "base", f"unknown preset {base_name!r}; presets: {', '.join(PRESETS)}")
+    if base_name is not None and (not isinstance(base_name, str) or base_name not in PRESETS):
+        raise WorkloadError(source, "base", f"unknown preset {shown(base_name)}; presets: {', '.join(PRESETS)}")
     base = PRESETS[base_name] if base_name else None
     known = {f.name: f for f in fields(Workload)}
     values: dict[str, Any] = {}
@@ -358,7 +366,10 @@ def workload_from_dict(data: Any, source: str) -> Workload:
         if key == "base":
             continue
         if key not in known:
-            raise WorkloadError(source, key, f"unknown field; known: {', '.join(sorted(known))}")
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise WorkloadError(source, shown(key) if not isinstance(key, str) else key,
+                                f"unknown field; {hint}known: {', '.join(sorted(known))}")
         if key in _TIME_FIELDS or key in _BYTE_FIELDS:
             try:
                 value = parse_quantity(value, Kind.TIME if key in _TIME_FIELDS else Kind.BYTES)

@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from conduit.errors import shown
 from conduit.topology.library import resolve
 from conduit.topology.model import Topology
-from conduit.topology.parse import Context, build, parse_devices, parse_links
+from conduit.topology.parse import TOP_LEVEL_FIELDS, Context, build, check_fields, parse_devices, parse_links
 from conduit.topology.templates import expand_cluster
 from conduit.topology.yamlio import read_yaml
 
@@ -39,7 +40,11 @@ def topology_from_dict(
     if not isinstance(data, Mapping):
         kind = "empty" if data is None else type(data).__name__
         ctx.fail(None, f"top level must be a mapping with 'devices' and 'links', got {kind}")
-    name = str(data.get("name") or Path(source).stem)
+    check_fields(data, TOP_LEVEL_FIELDS, ctx, None, "a topology")
+    name = data.get("name")
+    if name is not None and (not isinstance(name, str | int | float) or isinstance(name, bool)):
+        ctx.fail("name", f"must be a string, got {shown(name)}", data, "name")
+    name = str(name or Path(source).stem)
     if "cluster" in data:
         devices, links = expand_cluster(data["cluster"], ctx, base_dir or Path.cwd())
     else:

@@ -9,12 +9,13 @@ when known, the line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import networkx as nx
 
-from conduit.errors import TopologyError, UnitError
+from conduit.errors import TopologyError, UnitError, shown
 from conduit.topology.model import DEVICE_KINDS, Device, Link, Topology
 from conduit.topology.yamlio import line_of
 from conduit.units import kind_of_field, parse_quantity
@@ -23,6 +24,25 @@ from conduit.units import kind_of_field, parse_quantity
 REQUIRED_FIELDS = {"gpu": ("memory",), "memory": ("capacity",), "nvme": ("capacity",), "nic": ("bandwidth",)}
 #: quantities that may be zero; every other quantity must be strictly positive
 MAY_BE_ZERO = ("latency", "overhead", "_time")
+#: fields every device may carry (``model`` and ``description`` are free text)
+COMMON_DEVICE_FIELDS = ("id", "kind", "node", "model", "description")
+#: the fields each device kind may carry besides :data:`COMMON_DEVICE_FIELDS` (docs/topology-format.md);
+#: the ``memory``/``nvme``/``gpu`` extras are the measurements ``conduit calibrate`` records
+DEVICE_FIELDS = {
+    "gpu": ("memory", "memory_bandwidth", "copy_launch_overhead", "d2h_pinned_bandwidth", "h2d_pageable_bandwidth"),
+    "cpu": ("cores",),
+    "memory": ("capacity", "pinned_capacity", "bandwidth", "pageable_copy_bandwidth",
+               "shm_bandwidth", "shm_latency", "shm_create_latency", "pickle_bandwidth", "pickle_latency",
+               "pickle_oob_latency", "object_store_put_bandwidth", "object_store_get_bandwidth",
+               "object_store_latency", "object_store_get_latency", "object_store_cold_put_bandwidth"),
+    "nvme": ("capacity", "read_bandwidth", "write_bandwidth", "bandwidth", "read_4k_latency", "write_latency"),
+    "nic": ("bandwidth",),
+    "switch": (),
+}
+LINK_FIELDS = ("src", "dst", "bandwidth", "latency", "model", "description")
+TOP_LEVEL_FIELDS = ("name", "description", "devices", "links", "cluster")
+#: a field of the user's own, kept as an attribute and never read by Conduit, starts with this
+USER_FIELD_PREFIX = "x_"
 
 
 class Context:
@@ -36,6 +56,21 @@ class Context:
         if line is not None:
             message = f"{message} (line {line})"
         raise TopologyError(self.source, field, message)
+
+
+def check_fields(mapping: Mapping, known: Iterable[str], ctx: Context, where: str | None, what: str) -> None:
+    """Refuse a field that is not in ``known`` (nor starts with ``x_``), suggesting the closest known
+    one: a misspelt field (``memory_bandwith``) must not be ignored while its default is used."""
+    known = tuple(known)
+    for key in mapping:
+        if isinstance(key, str) and (key in known or key.startswith(USER_FIELD_PREFIX)):
+            continue
+        name = key if isinstance(key, str) else shown(key)
+        close = difflib.get_close_matches(name[:100], known, n=1, cutoff=0.7)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        ctx.fail(f"{where}.{name}" if where else name,
+                 f"unknown field for {what}; {hint}known: {', '.join(known) or 'none'} "
+                 f"(a field of your own must start with {USER_FIELD_PREFIX!r})", mapping, key)
 
 
 def parse_devices(items: Any, ctx: Context, prefix: str = "", node: str | None = None) -> list[Device]:
@@ -52,14 +87,15 @@ def parse_devices(items: Any, ctx: Context, prefix: str = "", node: str | None =
             ctx.fail(f"{where}.id", "missing", item)
         local_id = item["id"]
         if not isinstance(local_id, str | int) or isinstance(local_id, bool) or str(local_id) == "":
-            ctx.fail(f"{where}.id", f"must be a non-empty string, got {local_id!r}", item, "id")
+            ctx.fail(f"{where}.id", f"must be a non-empty string, got {shown(local_id)}", item, "id")
         local_id = str(local_id)
         if local_id in seen:
-            ctx.fail(f"{where}.id", f"duplicate device id {local_id!r} (first at devices[{seen[local_id]}])", item, "id")
+            ctx.fail(f"{where}.id", f"duplicate device id {shown(local_id)} (first at devices[{seen[local_id]}])", item, "id")
         seen[local_id] = i
         kind = item.get("kind")
-        if kind not in DEVICE_KINDS:
-            ctx.fail(f"{where}.kind", f"must be one of {', '.join(DEVICE_KINDS)}, got {kind!r}", item, "kind")
+        if not isinstance(kind, str) or kind not in DEVICE_KINDS:
+            ctx.fail(f"{where}.kind", f"must be one of {', '.join(DEVICE_KINDS)}, got {shown(kind)}", item, "kind")
+        check_fields(item, COMMON_DEVICE_FIELDS + DEVICE_FIELDS[kind], ctx, where, f"a {kind} device")
         for required in REQUIRED_FIELDS.get(kind, ()):
             if required not in item:
                 ctx.fail(f"{where}.{required}", f"required for a {kind} device", item)
@@ -71,14 +107,17 @@ def parse_devices(items: Any, ctx: Context, prefix: str = "", node: str | None =
         if kind == "cpu":
             cores = attrs.setdefault("cores", 1)
             if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
-                ctx.fail(f"{where}.cores", f"must be a positive integer, got {cores!r}", item, "cores")
+                ctx.fail(f"{where}.cores", f"must be a positive integer, got {shown(cores)}", item, "cores")
         if kind == "memory" and "pinned_capacity" in attrs and attrs["pinned_capacity"] > attrs["capacity"]:
             ctx.fail(f"{where}.pinned_capacity", "exceeds the device's capacity", item, "pinned_capacity")
         if node is not None:
             device_id, device_node = f"{node}.{local_id}", node
         else:
             device_id = local_id
-            device_node = str(item["node"]) if item.get("node") is not None else _default_node(local_id)
+            device_node = item.get("node")
+            if device_node is not None and (not isinstance(device_node, str | int) or isinstance(device_node, bool)):
+                ctx.fail(f"{where}.node", f"must be a machine name, got {shown(device_node)}", item, "node")
+            device_node = str(device_node) if device_node is not None else _default_node(local_id)
         devices.append(Device(device_id, kind, device_node, attrs))
     return devices
 
@@ -94,14 +133,17 @@ def parse_links(
         where = f"{prefix}links[{i}]"
         if not isinstance(item, Mapping):
             ctx.fail(where, f"must be a mapping with src, dst, bandwidth, latency, got {type(item).__name__}", items, i)
+        check_fields(item, LINK_FIELDS, ctx, where, "a link")
         ends = []
         for end in ("src", "dst"):
             if end not in item:
                 ctx.fail(f"{where}.{end}", "missing", item)
+            if not isinstance(item[end], str | int) or isinstance(item[end], bool):
+                ctx.fail(f"{where}.{end}", f"must be a device id, got {shown(item[end])}", item, end)
             device_id = str(item[end])
             full_id = f"{node}.{device_id}" if node is not None else device_id
             if full_id not in known:
-                ctx.fail(f"{where}.{end}", f"unknown device {device_id!r}", item, end)
+                ctx.fail(f"{where}.{end}", f"unknown device {shown(device_id)}", item, end)
             ends.append(full_id)
         if ends[0] == ends[1]:
             ctx.fail(where, f"self-loop on device {ends[0]!r}", items, i)
@@ -143,7 +185,7 @@ def quantity_field(key: str, value: Any, where: str, ctx: Context, container: An
         ctx.fail(where, str(exc), container, key)
     may_be_zero = key == "latency" or key.endswith(MAY_BE_ZERO)
     if number < 0 or (number == 0 and not may_be_zero):
-        ctx.fail(where, f"must be {'>= 0' if may_be_zero else '> 0'}, got {value!r}", container, key)
+        ctx.fail(where, f"must be {'>= 0' if may_be_zero else '> 0'}, got {shown(value)}", container, key)
     return number
 
 
