@@ -47,8 +47,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         params = load_params(args.params, args.policy)
     show_progress = not args.json and not args.no_progress and sys.stderr.isatty()
     progress = _Progress(f"simulating {args.workload} on {args.topology}") if show_progress else None
+    from conduit.sim.workload_fields import parse_assignments
+
     result = simulate(args.topology, args.workload, args.policy, iterations=args.iterations, seed=args.seed,
-                      params=params, progress=progress)
+                      params=params, progress=progress, overrides=parse_assignments(args.set))
     written = result.recorder.write_trace(args.trace, tiers=result.tier_trace) if args.trace else []
     if args.json:
         print(dumps(result.to_dict()))
@@ -113,6 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default="ppo", help="preset name or YAML path (default ppo)")
     p.add_argument("--policy", default=DEFAULT_POLICY, help=f"registered policy name (default {DEFAULT_POLICY})")
     p.add_argument("--params", type=Path, help="tuned-parameter file written by 'conduit tune'")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                   help="override a workload field, e.g. --set runners_per_gpu=4 --set env_step_time='1 ms' "
+                        "(repeatable; fields: conduit workload show NAME, docs/workload-format.md)")
     p.add_argument("--iterations", type=int, default=10, help="learner updates to simulate (default 10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object (DESIGN.md metrics and audit)")

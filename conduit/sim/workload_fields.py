@@ -138,13 +138,14 @@ def coerce_field(key: str, value: Any, source: str = "--set") -> Any:
 
 
 def apply_overrides(workload: Workload, overrides: Mapping[str, Any] | None,
-                    source: str = "--set") -> Workload:
-    """``workload`` with fields replaced (values typed by :func:`coerce_field`), then validated."""
+                    source: str = "--set", where: str | None = None) -> Workload:
+    """``workload`` with fields replaced (values typed by :func:`coerce_field`), then validated;
+    errors name ``where`` (default: the workload and the overrides)."""
     if not overrides:
         return workload
     values = {key: coerce_field(key, value, source) for key, value in overrides.items()}
     label = ", ".join(f"{k}={_bounded(v, 30)}" for k, v in overrides.items())
-    return replace(workload, **values).validate(f"workload {workload.name} with {source} {label}")
+    return replace(workload, **values).validate(where or f"workload {workload.name} with {source} {label}")
 
 
 def parse_assignments(items: list[str] | None, option: str = "--set") -> dict[str, str]:
