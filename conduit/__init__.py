@@ -10,7 +10,7 @@ Both are imported on first use, so ``import conduit`` stays light.
 """
 
 _LAZY = {"simulate": ("conduit.sim.run", "simulate"), "sweep": ("conduit.studies", "sweep"),
-         "Table": ("conduit.studies", "Table")}
+         "Table": ("conduit.results", "Table")}
 
 
 def __getattr__(name: str):

@@ -19,13 +19,16 @@ import csv
 import itertools
 import math
 import re
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from conduit.errors import ConduitError
+from conduit.progress_display import resolve_progress
+from conduit.results import Table, result_rows, to_frame
+
+__all__ = ["METRIC_COLUMNS", "Table", "parse_grid", "parse_list", "resolve_progress", "result_rows", "sweep",
+           "to_frame"]
 
 DEFAULT_TOPOLOGY = "dgx-h100-x2"
 DEFAULT_WORKLOAD = "ppo"
@@ -44,121 +47,6 @@ METRIC_COLUMNS = (
     "rejected_decisions",
     "policy_name",
 )
-
-Progress = Callable[[int, int], None]
-
-
-# -- tables -----------------------------------------------------------------------------------------
-def to_frame(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None):
-    """``rows`` as a pandas DataFrame. pandas is optional: without it, an ImportError says so."""
-    try:
-        import pandas as pd
-    except ImportError:
-        raise ImportError("to_frame() needs pandas, which Conduit does not install: `pip install pandas`, "
-                          "or use .to_rows() for plain rows (a list of dicts)") from None
-    return pd.DataFrame([dict(r) for r in rows], columns=list(columns) if columns else None)
-
-
-class Table(list):
-    """A study's rows: a list of dicts (plain data), one per run, with fixed :attr:`columns`."""
-
-    def __init__(self, rows: Iterable[Mapping[str, Any]] = (), columns: Sequence[str] | None = None):
-        super().__init__(dict(r) for r in rows)
-        self.columns: list[str] = list(columns) if columns else (list(self[0]) if self else [])
-
-    def to_rows(self) -> list[dict[str, Any]]:
-        """A copy of the rows, as plain dicts."""
-        return [dict(r) for r in self]
-
-    def to_dict(self) -> dict[str, list[Any]]:
-        """Column name -> the column's values."""
-        return {c: [r.get(c) for r in self] for c in self.columns}
-
-    def to_frame(self):
-        """A pandas DataFrame (pandas is optional; see :func:`to_frame`)."""
-        return to_frame(self, self.columns)
-
-    def to_csv(self, path: Any) -> None:
-        """Write the rows as CSV to a path or an open text file."""
-        if hasattr(path, "write"):
-            writer = csv.DictWriter(path, fieldnames=self.columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(self)
-            return
-        with open(path, "w", newline="", encoding="utf-8") as handle:
-            self.to_csv(handle)
-
-
-def result_rows(result: Any, kind: str = "summary") -> list[dict[str, Any]]:
-    """Plain rows of a :class:`~conduit.sim.engine.SimResult`: ``summary`` (one row: what ran and
-    every metric), ``updates`` (one per learner update) or ``chunks`` (one per chunk)."""
-    if kind == "summary":
-        row: dict[str, Any] = {
-            "topology": result.topology,
-            "workload": result.workload.name,
-            "algorithm": result.workload.algorithm,
-            "policy": result.policy.name,
-            "seed": result.seed,
-            "iterations": result.iterations,
-        }
-        row.update(result.metrics)
-        row.update(violations=result.audit.violations, rejected_decisions=result.rejections.get("total", 0),
-                   sim_time_s=result.sim_time, events=result.events)
-        return [row]
-    if kind == "updates":
-        return [{**asdict(u), "exposed_experience_path_s": u.exposed} for u in result.recorder.updates]
-    if kind == "chunks":
-        return [{**asdict(c), "experience_path_s": c.t_ready - c.t_created} for c in result.recorder.chunks.values()]
-    raise ConduitError(f"unknown row kind {kind!r}; one of summary, updates, chunks")
-
-
-# -- progress ---------------------------------------------------------------------------------------
-class _DefaultProgress:
-    """``progress=True``: a tqdm bar when tqdm is installed, else one line rewritten on stderr."""
-
-    def __init__(self, label: str):
-        self.label, self.bar, self.total, self.last = label, None, None, -1
-
-    def __call__(self, done: int, total: int) -> None:
-        if total != self.total or done < self.last:  # a new phase (janus-best: search, then the run)
-            self.close()
-            self.total, self.last = total, 0
-        if self.bar is None:
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:
-                self.bar = False
-            else:
-                self.bar = tqdm(total=total, desc=self.label, leave=True)
-        if self.bar:
-            self.bar.update(done - self.last)
-        else:
-            sys.stderr.write(f"\r{self.label}: {done}/{total}")
-            sys.stderr.flush()
-        self.last = done
-        if done >= total:
-            self.close()
-
-    def close(self) -> None:
-        if self.bar:
-            self.bar.close()
-        elif self.bar is False and self.last >= 0:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-        self.bar, self.last = None, -1
-
-
-def resolve_progress(progress: Any, label: str = "simulating") -> Progress | None:
-    """``None``/``False``: none; ``True``: the default display; a callable ``(done, total)``: itself."""
-    if progress is None or progress is False:
-        return None
-    if progress is True:
-        return _DefaultProgress(label)
-    if callable(progress):
-        return progress
-    raise ConduitError(f"progress must be True, False, None or a callable(done, total); "
-                       f"got {type(progress).__name__}")
-
 
 # -- sweep ------------------------------------------------------------------------------------------
 def parse_grid(items: Sequence[str] | None) -> dict[str, list[str]]:

@@ -32,8 +32,8 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
     from conduit.topology import Topology, load_topology
 
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
+    from conduit.progress_display import resolve_progress
     from conduit.sim.workload_fields import apply_overrides
-    from conduit.studies import resolve_progress
 
     wl = apply_overrides(load_workload(workload), overrides)
     progress = resolve_progress(progress, f"simulating {wl.name} on {topo.name}")

@@ -159,7 +159,10 @@ class Workload:
                                     f"{self.replay_capacity} steps cannot hold two chunks and a batch")
         from conduit.sim.workload_bounds import check_bounds  # plausible ranges (docs/workload-format.md)
 
-        return check_bounds(self, source)
+        refused = check_bounds(self, source)
+        if refused:
+            raise WorkloadError(source, *refused)
+        return self
 
 
 _MAY_BE_ZERO = {

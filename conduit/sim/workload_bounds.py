@@ -1,8 +1,8 @@
 """Plausible ranges of workload fields: refused when impossible, a warning when implausible.
 
-:meth:`Workload.validate <conduit.sim.workload.Workload.validate>` calls :func:`check_bounds` last.
-This module imports nothing from :mod:`conduit.sim.workload` at import time (it is imported while that
-module validates its presets). The table is in ``docs/workload-format.md``.
+:meth:`Workload.validate <conduit.sim.workload.Workload.validate>` calls :func:`check_bounds` last and
+raises the refusal it returns. This module imports nothing from :mod:`conduit.sim.workload` (which
+imports it while validating its presets). The table is in ``docs/workload-format.md``.
 """
 
 from __future__ import annotations
@@ -73,18 +73,16 @@ def show_bound(name: str, value: float) -> str:
     return f"{value:g}"
 
 
-def check_bounds(workload: Any, source: str = "<workload>") -> Any:
-    """Refuse impossible values (:class:`~conduit.sim.workload.WorkloadError`), warn once per (field,
-    value) about implausible ones; returns ``workload``."""
-    from conduit.sim.workload import WorkloadError
-
+def check_bounds(workload: Any, source: str = "<workload>") -> tuple[str, str] | None:
+    """Warn once per (field, value) about implausible values; return ``(field, message)`` for the first
+    impossible one (the caller raises :class:`~conduit.sim.workload.WorkloadError`), else ``None``."""
     for b in BOUNDS:
         value = getattr(workload, b.field)
         if value is None or not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
             continue
         if b.refuse_above is not None and value > b.refuse_above:
-            raise WorkloadError(source, b.field, f"{show_bound(b.field, value)} is above the limit "
-                                f"{show_bound(b.field, b.refuse_above)} ({b.why}); see docs/workload-format.md")
+            return b.field, (f"{show_bound(b.field, value)} is above the limit {show_bound(b.field, b.refuse_above)} "
+                             f"({b.why}); see docs/workload-format.md")
         implausible = ((b.warn_above is not None and value > b.warn_above)
                        or (b.warn_below is not None and value < b.warn_below))
         if implausible and (b.field, value) not in _warned:
@@ -93,4 +91,4 @@ def check_bounds(workload: Any, source: str = "<workload>") -> Any:
                      else f"below {show_bound(b.field, b.warn_below)}")
             log.warning("%s: %s: %s is implausible (%s: %s); simulating it anyway", source, b.field,
                         show_bound(b.field, value), limit, b.why)
-    return workload
+    return None
