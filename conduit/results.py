@@ -47,7 +47,7 @@ class Table(list):
     def to_csv(self, path: Any) -> None:
         """Write the rows as CSV to a path or an open text file."""
         if hasattr(path, "write"):
-            writer = csv.DictWriter(path, fieldnames=self.columns, extrasaction="ignore")
+            writer = csv.DictWriter(path, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
             writer.writeheader()
             writer.writerows(self)
             return

@@ -326,7 +326,7 @@ class _Appender:
             self.handle = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - closed by close()
         except OSError as exc:
             raise ConduitError(f"--out {path}: cannot write ({exc.strerror})") from None
-        self.writer = csv.DictWriter(self.handle, fieldnames=columns)
+        self.writer = csv.DictWriter(self.handle, fieldnames=columns, lineterminator="\n")
         if new:
             self.writer.writeheader()
             self.handle.flush()
