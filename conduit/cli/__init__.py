@@ -1,7 +1,8 @@
 """The ``conduit`` command line.
 
 One module per command or command group — :mod:`~conduit.cli.topology`, :mod:`~conduit.cli.policies`,
-:mod:`~conduit.cli.calibrate`, :mod:`~conduit.cli.sim`, :mod:`~conduit.cli.tune` — each with a
+:mod:`~conduit.cli.calibrate`, :mod:`~conduit.cli.sim`, :mod:`~conduit.cli.tune`, :mod:`~conduit.cli.workload`,
+:mod:`~conduit.cli.sweep` — each with a
 ``register(sub)`` that adds its sub-parser and handlers. The CLI imports the backends, never the
 reverse; backends are imported when a command runs, so ``conduit --help`` stays fast.
 
@@ -21,13 +22,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from conduit.cli import calibrate, conventions, policies, sim, topology, tune
+from conduit.cli import calibrate, conventions, policies, sim, sweep, topology, tune, workload
 from conduit.errors import ConduitError
 
 Handler = Callable[[argparse.Namespace], int]
 
 #: command modules, in the order ``conduit --help`` lists them
-COMMANDS = (topology, policies, calibrate, sim, tune)
+COMMANDS = (topology, policies, calibrate, sim, tune, workload, sweep)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,8 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 
+from conduit.progress_display import ProgressBar
+
 #: the 60 fixed Janus configurations, shown as one name in help
 _JANUS_CONFIGURATION = re.compile(r"^janus-(pageable|pinned|gpu)-(co|nco)-(so|nso)-g\d+$")
 _JANUS_PATTERN = "janus-<placement>-<co|nco>-<so|nso>-g<g>"
@@ -74,37 +76,13 @@ def progress_enabled(args: argparse.Namespace, json_silences: bool = True) -> bo
     return bool(isatty and isatty())
 
 
-class _Bar:
-    """A ``progress(done, total)`` callback drawing one tqdm bar; a new total (or ``done`` going back,
-    as when ``janus-best`` searches and then runs) restarts the bar."""
-
-    def __init__(self, label: str, unit: str):
-        from tqdm import tqdm
-
-        self.bar = tqdm(desc=label, unit=unit, file=sys.stderr, disable=None, leave=True, dynamic_ncols=True)
-
-    def __call__(self, done: int, total: int) -> None:
-        bar = self.bar
-        if bar.total != total or done < bar.n:
-            bar.reset(total=total)
-        bar.update(done - bar.n)
-
-    def step(self, line: str) -> None:
-        """One more step of unknown total, with a line of text printed above the bar."""
-        self.bar.write(line, file=sys.stderr)
-        self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 @contextlib.contextmanager
-def progress_bar(label: str, enabled: bool, unit: str = "it") -> Iterator[_Bar | None]:
+def progress_bar(label: str, enabled: bool, unit: str = "it") -> Iterator[ProgressBar | None]:
     """A progress callback for the library's ``progress=`` argument, or None when ``enabled`` is False."""
     if not enabled:
         yield None
         return
-    bar = _Bar(label, unit)
+    bar = ProgressBar(label, unit)
     try:
         yield bar
     finally:

@@ -34,10 +34,13 @@ def cmd_sim(args: argparse.Namespace) -> int:
         from conduit.tuning_file import load_params
 
         params = load_params(args.params, args.policy)
+    from conduit.sim.workload_fields import parse_assignments
+
+    overrides = parse_assignments(args.set)
     with conventions.progress_bar(f"simulating {args.workload} on {args.topology}",
                                   conventions.progress_enabled(args), unit="update") as progress:
         result = simulate(args.topology, args.workload, args.policy, iterations=args.iterations, seed=args.seed,
-                          params=params, progress=progress)
+                          params=params, progress=progress, overrides=overrides)
     written = result.recorder.write_trace(args.trace, tiers=result.tier_trace) if args.trace else []
     if args.json:
         print(dumps(result.to_dict()))
@@ -113,6 +116,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"registered policy name (default {DEFAULT_POLICY}; policies: {conventions.policy_choices()}; "
                         "see 'conduit policies list')")
     p.add_argument("--params", type=Path, help="tuned-parameter file written by 'conduit tune'")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                   help="override a workload field, e.g. --set runners_per_gpu=4 --set env_step_time='1 ms' "
+                        "(repeatable; fields: conduit workload show NAME, docs/workload-format.md)")
     p.add_argument("--iterations", type=_args.iterations, default=10,
                    help=f"learner updates to simulate, 1 to {MAX_ITERATIONS:,} (default 10)")
     p.add_argument("--seed", type=_args.seed, default=0, help="a non-negative integer (default 0)")

@@ -91,6 +91,19 @@ class SimResult:
             "rejections": self.rejections,
         }
 
+    def to_rows(self, kind: str = "summary") -> list[dict[str, Any]]:
+        """Plain rows: ``summary`` (one row: what ran and every metric), ``updates`` (one per learner
+        update) or ``chunks`` (one per chunk); see :func:`conduit.results.result_rows`."""
+        from conduit.results import result_rows
+
+        return result_rows(self, kind)
+
+    def to_frame(self, kind: str = "summary"):
+        """:meth:`to_rows` as a pandas DataFrame; pandas is optional (an ImportError names it)."""
+        from conduit.results import to_frame
+
+        return to_frame(self.to_rows(kind))
+
 
 class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
     """One simulated training run. ``run()`` returns a :class:`SimResult`."""

@@ -29,8 +29,13 @@ def check_run_arguments(iterations: Any, seed: Any) -> None:
 
 
 def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iterations: int = 10, seed: int = 0,
-             params: dict | None = None, progress=None):
-    """Run one simulation; every argument may be a name, a path or an object.
+             params: dict | None = None, progress=None, overrides: dict | None = None):
+    """Run one simulation; every argument may be a name, a path or an object. Public as ``conduit.simulate``.
+
+    ``overrides`` replaces workload fields (``{"runners_per_gpu": 4}``; text such as ``"2 ms"`` is typed
+    by the field, see docs/workload-format.md). ``progress``: ``True`` for a progress bar (tqdm when
+    installed), or a callable ``(done, total)``. The :class:`~conduit.sim.engine.SimResult` has
+    ``to_dict()``, ``to_rows()`` and ``to_frame()`` (pandas optional).
 
     ``policy="janus-best"`` is resolved here: :func:`conduit.sim.search.janus_best` searches the Janus
     configurations for this workload and topology with the same seed and ``min(iterations, 20)``
@@ -43,7 +48,11 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
 
     check_run_arguments(iterations, seed)
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
-    wl = load_workload(workload)
+    from conduit.progress_display import resolve_progress
+    from conduit.sim.workload_fields import apply_overrides
+
+    wl = apply_overrides(load_workload(workload), overrides)
+    progress = resolve_progress(progress, f"simulating {wl.name} on {topo.name}")
     if isinstance(policy, str) and policy == "janus-best":
         from conduit.sim.search import janus_best, search_iterations
 

@@ -17,6 +17,9 @@ A :class:`Workload` describes one algorithm's loop in the terms the simulator ex
   (asynchronous, :class:`~conduit.contracts.BoundedStaleness` from ``max_lag``/``max_reuse``), or
   ``dqn`` (:class:`~conduit.contracts.Replay` from ``replay_capacity``/``replay_ratio``/``min_size``).
 
+Every field, its unit, default, preset values and plausible range: ``docs/workload-format.md``
+(generated from :mod:`conduit.sim.workload_fields`).
+
 Presets (:data:`PRESETS`) cover Atari-like ``ppo``/``appo``/``dqn``, ``ppo-mujoco`` and ``grpo-llm``,
 plus ``ref-*`` workloads that restate the reference measurements' runs. Users add their own in YAML:
 ``base: ppo`` plus the fields to change.
@@ -162,6 +165,11 @@ class Workload:
             if self.replay_capacity < 2 * self.chunk_steps + self.batch_size:
                 raise WorkloadError(source, "replay_capacity",
                                     f"{self.replay_capacity} steps cannot hold two chunks and a batch")
+        from conduit.sim.workload_bounds import check_bounds  # plausible ranges (docs/workload-format.md)
+
+        refused = check_bounds(self, source)
+        if refused:
+            raise WorkloadError(source, *refused)
         return self
 
 
