@@ -17,7 +17,8 @@ Progress = Callable[[int, int], None]
 
 
 class ProgressBar:
-    """A ``progress(done, total)`` callback drawing one tqdm bar on stderr. A new total, or ``done``
+    """A ``progress(done, total)`` callback drawing one tqdm bar on stderr, whether or not stderr is a
+    terminal (``progress=True`` asked for it; the CLI asks only on a terminal). A new total, or ``done``
     going back (``janus-best`` searches, then runs), restarts the bar. The CLI's bars are these too
     (:func:`conduit.cli.conventions.progress_bar`)."""
 
@@ -28,7 +29,7 @@ class ProgressBar:
     def _new(self):
         from tqdm import tqdm
 
-        return tqdm(desc=self.label, unit=self.unit, file=sys.stderr, disable=None, leave=True, dynamic_ncols=True)
+        return tqdm(desc=self.label, unit=self.unit, file=sys.stderr, disable=False, leave=True, dynamic_ncols=True)
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:  # closed when the previous phase finished

@@ -817,7 +817,7 @@ def test_more_learners_than_gpus():
 
 def test_chunk_larger_than_every_tier():
     with pytest.raises(ConduitError, match="larger than every tier") as info:
-        simulate("dgx-h100", {"base": "ppo", "bytes_per_step": 1e13}, iterations=1)
+        simulate("dgx-h100", {"base": "ppo", "bytes_per_step": 5e11}, iterations=1)
     assert "dgx-h100" in str(info.value)
 
 
@@ -852,7 +852,7 @@ def test_cli_bad_input_exits_nonzero_without_traceback(tmp_path, label, args, ex
     (tmp_path / "bad.yaml").write_text("base: ppo\nepochz: 2\n")
     (tmp_path / "unit.yaml").write_text("base: ppo\nenv_step_time: 3 parsecs\n")
     (tmp_path / "learners.yaml").write_text("base: ppo\nlearners: 16\n")
-    (tmp_path / "huge.yaml").write_text("base: ppo\nbytes_per_step: 10 TB\n")
+    (tmp_path / "huge.yaml").write_text("base: ppo\nbytes_per_step: 500 GB\n")
     args = [a.format(dir=tmp_path) for a in args]
     result = run_cli("sim", "--topology", "dgx-h100", "--iterations", "1", *args)
     assert result.returncode != 0
