@@ -11,6 +11,10 @@ The event vocabulary (:class:`EventKind`) follows a chunk through the plane:
 * ``PLACED`` / ``MOVED`` — bytes of a chunk occupy a tier / moved from one tier to another.
 * ``EVICTED`` — with a tier: the chunk's bytes left that tier. Without one: the chunk left the
   plane entirely and may never be delivered again.
+* ``DRAWN`` — Replay: the table's sampler drew these samples for a batch (reported when the
+  sampler returns, before their bytes are copied). Only live samples may be drawn: each must be
+  ingested, not evicted from the plane and not dropped. A draw is not a delivery (the batch's
+  ``DELIVERED`` event follows once it is copied) and does not count against the rate band.
 * ``DELIVERED`` — samples reached update *k* (one delivery may be one minibatch or epoch).
 * ``CONSUMED`` — update *k* finished using its data; for :class:`~conduit.contracts.OnPolicy`
   this is when every version-*k* sample must have been delivered to it or dropped.
@@ -36,8 +40,8 @@ recorded or streamed events.
   update *k* is consumed (OnPolicy, version-*k* samples), or at :meth:`Auditor.finish` for chunks
   that are no longer resident in any tier, and, under OnPolicy, for chunks whose version belongs
   to an update already consumed (they can never be delivered validly).
-* ``evicted_then_sampled`` (samples) — delivered after their chunk left the plane or after they
-  were dropped.
+* ``evicted_then_sampled`` (samples) — delivered, or drawn by a Replay sampler, after their
+  chunk left the plane or after they were dropped.
 * ``ratio_out_of_band`` (excursions) — Replay: the cumulative sampled/inserted counts left the
   rate band (or sampling started before warm-up). One violation per excursion: counted when the
   stream leaves the band, not again until it has come back; ``out_of_band_events`` in the report
@@ -114,6 +118,7 @@ class EventKind(str, Enum):
     PLACED = "placed"
     MOVED = "moved"
     DELIVERED = "delivered"
+    DRAWN = "drawn"
     CONSUMED = "consumed"
     EVICTED = "evicted"
     DROPPED = "dropped"
@@ -139,7 +144,7 @@ class PlaneEvent:
 
     ``INGESTED``: ``chunk``. ``PLACED``: ``chunk_id, tier, nbytes``. ``MOVED``: ``chunk_id,
     src_tier, dst_tier, nbytes``. ``DELIVERED``: ``update, selections`` and optional
-    ``checksums``. ``CONSUMED``: ``update``. ``EVICTED``: ``chunk_id`` and optional ``tier``.
+    ``checksums``. ``DRAWN``: ``selections``. ``CONSUMED``: ``update``. ``EVICTED``: ``chunk_id`` and optional ``tier``.
     ``DROPPED``: ``chunk_id, reason`` and optional ``indices``.
     """
 
@@ -184,6 +189,7 @@ class AuditReport:
     peak_occupancy: dict[str, int]
     finished: bool
     t: float
+    drawn_samples: int = 0
 
     @property
     def ok(self) -> bool:
@@ -211,6 +217,7 @@ class AuditReport:
             "peak_occupancy": dict(self.peak_occupancy),
             "finished": self.finished,
             "t": self.t,
+            "drawn_samples": self.drawn_samples,
         }
 
     def summary(self) -> str:
@@ -389,6 +396,7 @@ class Auditor:
         self._deliveries = 0
         self._delivered_samples = 0
         self._delivered_bytes = 0.0
+        self._drawn_samples = 0
         self._dropped: dict[str, int] = {}
         self._updates_consumed = 0
         self._max_consumed: int | None = None
@@ -443,6 +451,8 @@ class Auditor:
             self.delivered(
                 _need(event.update, "update"), event.selections or (), t, event.checksums
             )
+        elif kind is EventKind.DRAWN:
+            self.drawn(event.selections or (), t)
         elif kind is EventKind.CONSUMED:
             self.consumed(_need(event.update, "update"), t)
         elif kind is EventKind.EVICTED:
@@ -582,6 +592,54 @@ class Auditor:
                     f"update {update} sampled at t={t:g} from a buffer holding "
                     f"{self._live_steps} live steps > Replay.capacity {replay.capacity}",
                 )
+
+    def drawn(self, selections: Iterable[tuple[Hashable, Any]], t: float) -> None:
+        """A Replay sampler drew these ``(chunk_id, indices)`` samples for a batch (see ``DRAWN``).
+
+        Each must be live: a chunk never ingested (or retired beyond the window) or an index
+        outside it counts ``unknown_sample``; a sample of a chunk that left the plane, or a
+        dropped one, counts ``evicted_then_sampled``. Nothing else changes: the delivery that
+        follows is audited as such.
+        """
+        self._check_open()
+        self._t = t
+        chunks = self._chunks
+        for cid, indices in selections:
+            st = chunks.get(cid)
+            if st is None:
+                try:
+                    n = max(1, selection_size(indices))
+                except ConduitError:
+                    n = 1
+                self._violate(
+                    ViolationKind.UNKNOWN_SAMPLE,
+                    n,
+                    f"{n} samples of chunk {cid!r} were drawn at t={t:g}, but it was never ingested "
+                    f"or retired more than {self.RETIRED_WINDOW} chunks ago"
+                    if self._wants_example(ViolationKind.UNKNOWN_SAMPLE) else None,
+                )
+                continue
+            idx, n, bad = normalize_indices(indices, st.steps)
+            if bad:
+                self._violate(
+                    ViolationKind.UNKNOWN_SAMPLE,
+                    bad,
+                    f"{bad} indices outside chunk {cid!r} (steps={st.steps}) drawn at t={t:g}",
+                )
+            self._drawn_samples += n
+            if n and (st.removed or st.n_dropped):
+                if st.removed or st.dropped is None:
+                    gone = n
+                else:
+                    gone = int(np.count_nonzero(st.dropped[idx]))
+                if gone:
+                    what = "left the plane" if st.removed else "were dropped"
+                    self._violate(
+                        ViolationKind.EVICTED_THEN_SAMPLED,
+                        gone,
+                        f"{gone} samples of chunk {st.id!r} {_describe(idx)} {what} before the "
+                        f"sampler drew them at t={t:g}",
+                    )
 
     def _unknown_chunk(self, cid: Hashable, indices: Any, update: int, t: float) -> None:
         try:
@@ -926,6 +984,7 @@ class Auditor:
             peak_occupancy=dict(self._peak),
             finished=finished,
             t=self._t,
+            drawn_samples=self._drawn_samples,
         )
 
     def occupancy(self, tier: str) -> int:

@@ -213,14 +213,66 @@ class BoundedStaleness(_Unlimited):
 
 
 @dataclass(frozen=True, slots=True)
+class Prioritized:
+    """Proportional prioritized sampling for a :class:`Replay` table (Schaul et al. 2016), as RLlib's
+    ``PrioritizedEpisodeReplayBuffer`` runs it.
+
+    ``alpha``: how much priorities count, ``P(i) = p_i^alpha / sum_k p_k^alpha`` (0: uniform).
+    ``beta``: the importance-weight exponent, ``w_i = (N P(i))^-beta / max_j w_j`` (0: no
+    correction). New samples get the largest priority seen so far. The plane's sampler
+    (:mod:`conduit.plane.sampler`) implements it; ``Replay(sampler="prioritized")`` means
+    ``Prioritized()``, whose defaults are RLlib's DQN and SAC defaults (``alpha=0.6``,
+    ``beta=0.4``).
+    """
+
+    alpha: float = 0.6
+    beta: float = 0.4
+
+    name: ClassVar[str] = "prioritized"
+
+    def __post_init__(self) -> None:
+        for field_name in ("alpha", "beta"):
+            value = _float("Replay", f"sampler.{field_name}", getattr(self, field_name))
+            if value < 0:
+                raise ContractError("Replay", f"sampler.{field_name}", f"must be >= 0, got {value!r}")
+            object.__setattr__(self, field_name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form: ``{"kind": "prioritized", "alpha": ..., "beta": ...}``."""
+        return {"kind": self.name, "alpha": self.alpha, "beta": self.beta}
+
+
+def _sampler(value: Any) -> str | Prioritized:
+    """A Replay sampler as declared: a name, a :class:`Prioritized`, or its dict form."""
+    if isinstance(value, Prioritized):
+        return value
+    if isinstance(value, str) and value:
+        return Prioritized() if value.lower() == Prioritized.name else value
+    if isinstance(value, Mapping):
+        kind = value.get("kind", value.get("name"))
+        if not isinstance(kind, str) or kind.lower() != Prioritized.name:
+            if isinstance(kind, str) and kind and set(value) <= {"kind", "name"}:
+                return kind
+            raise ContractError("Replay", "sampler", f"a sampler mapping takes kind 'prioritized' with alpha and "
+                                                     f"beta, got {dict(value)!r}")
+        extra = sorted(set(value) - {"kind", "name", "alpha", "beta"})
+        if extra:
+            raise ContractError("Replay", f"sampler.{extra[0]}", "unknown field (known: alpha, beta)")
+        return Prioritized(**{k: v for k, v in value.items() if k in ("alpha", "beta")})
+    raise ContractError("Replay", "sampler", f"must be a non-empty string or a Prioritized, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class Replay:
     """DQN/SAC's contract: a bounded replay buffer with a sample-to-insert rate limiter.
 
     ``capacity``: steps the buffer holds; older samples are evicted (that is normal, not a loss),
     and evicted samples may never be sampled again. ``replay_ratio``: sampled steps per inserted
     step in steady state (RLlib's training intensity divided by the rollout rate). ``min_size``:
-    steps inserted before sampling may start (warm-up). ``sampler``: how samples are drawn
-    (``"uniform"``, ``"prioritized"``, ...; a name the plane's sampler registry resolves).
+    steps inserted before sampling may start (warm-up). ``sampler``: how samples are drawn:
+    ``"uniform"``, or :class:`Prioritized` (``"prioritized"`` and ``{"kind": "prioritized",
+    "alpha": ..., "beta": ...}`` are read as one); :func:`conduit.plane.sampler.make_sampler`
+    resolves it, and refuses a name it does not know.
 
     ``error_buffer`` is the half-width of the rate band in steps. It defaults to
     ``max(1, replay_ratio) * max(min_size, 1)``. Why: the plane inserts whole chunks and samples
@@ -239,7 +291,7 @@ class Replay:
     capacity: int
     replay_ratio: float
     min_size: int
-    sampler: str = "uniform"
+    sampler: str | Prioritized = "uniform"
     error_buffer: float | None = None
 
     kind: ClassVar[str] = "replay"
@@ -255,8 +307,7 @@ class Replay:
             raise ContractError(
                 name, "min_size", f"must be <= capacity ({capacity}), got {min_size}"
             )
-        if not isinstance(self.sampler, str) or not self.sampler:
-            raise ContractError(name, "sampler", f"must be a non-empty string, got {self.sampler!r}")
+        sampler = _sampler(self.sampler)
         buffer = self.error_buffer
         if buffer is not None:
             buffer = _float(name, "error_buffer", buffer)
@@ -271,6 +322,7 @@ class Replay:
         object.__setattr__(self, "capacity", capacity)
         object.__setattr__(self, "replay_ratio", ratio)
         object.__setattr__(self, "min_size", min_size)
+        object.__setattr__(self, "sampler", sampler)
         object.__setattr__(self, "error_buffer", buffer)
 
     # --- the sample rules -------------------------------------------------------------------
@@ -373,7 +425,7 @@ class Replay:
             "capacity": self.capacity,
             "replay_ratio": self.replay_ratio,
             "min_size": self.min_size,
-            "sampler": self.sampler,
+            "sampler": self.sampler.to_dict() if isinstance(self.sampler, Prioritized) else self.sampler,
             "error_buffer": self.error_buffer,
         }
 

@@ -63,6 +63,8 @@ class BatchBuild:
     whole: set[Hashable] = field(default_factory=set)  # chunks carried whole, in one range
     annotations: dict[Hashable, Any] = field(default_factory=dict)  # chunk id -> its producer's annotation
     t_ready: float | None = None
+    replay_ids: np.ndarray | None = None  # Replay: the sampler id of every row (for priority updates)
+    weights: np.ndarray | None = None  # Replay: every row's importance weight (1 when uniform)
     id: tuple[str, str, int] = field(default_factory=lambda: ("batch", "", next(_ids)))
     starts: list[int] = field(default_factory=list)  # first row of each selection (ascending, parallel to it)
     holes: list[tuple[int, int]] = field(default_factory=list)  # (start, rows) given back below ``reserved``
@@ -157,6 +159,11 @@ class Batch:
         self.created = list(build.created)  # t_created of every chunk the batch carries
         self.annotations = dict(build.annotations)  # chunk id -> annotation, for chunks that have one
         self.t_ready = build.t_ready
+        #: Replay: each row's sampler id (hand it back with priorities to
+        #: :meth:`~conduit.runtime.plane.ExperiencePlane.update_priorities`); None otherwise
+        self.replay_ids = build.replay_ids
+        #: Replay: each row's importance weight (all 1 for a uniform sampler); None otherwise
+        self.weights = build.weights
         self.released = False
 
     def tensors(self) -> dict[str, Any]:

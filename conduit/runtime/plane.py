@@ -46,9 +46,11 @@ batches (and peeks) that carry its rows.
 * ``BoundedStaleness(max_lag)``: batches take samples in arrival order; samples older than
   ``current version - max_lag`` are dropped as ``stale``, and a prefetched batch that became too
   old before hand-over is dropped whole.
-* ``Replay``: chunks form a FIFO table of ``capacity`` steps (oldest evicted); batches are sampled
-  uniformly from live samples across all tiers; inserts and samples pass the rate limiter, so the
-  sample/insert ratio stays in the contract's band (a producer ahead of the learner waits).
+* ``Replay``: chunks form a FIFO table of ``capacity`` steps (oldest evicted); batches are drawn
+  from live samples across all tiers by the contract's sampler (:mod:`conduit.plane.sampler`:
+  uniform, or prioritized with importance weights and priority updates); inserts and samples pass
+  the rate limiter, so the sample/insert ratio stays in the contract's band (a producer ahead of
+  the learner waits).
 
 **The audit is told what happened, when it happened.** An ingest first *reserves*: the chunk id
 (atomically, so two producers racing with one id cannot both get in), its room in the Replay table,
@@ -70,7 +72,7 @@ import itertools
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Self
 
@@ -80,6 +82,7 @@ from conduit.audit import Auditor, AuditReport
 from conduit.contracts import Contract, contract_from_dict
 from conduit.errors import CapacityError, ConduitError, PlaneFullError
 from conduit.plane import Arbiter, ChunkLedger, Rejections, rules_for
+from conduit.plane.sampler import make_sampler
 from conduit.policy import Policy
 from conduit.registry import create_policy
 from conduit.runtime.assembly import Assembly
@@ -183,7 +186,12 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
         self._chunks: dict[Hashable, _Chunk] = {}
         self._table: OrderedDict[Hashable, _Chunk] = OrderedDict()  # Replay: live chunks, oldest first
         self._table_steps = 0
-        # Replay sampling state, rebuilt only when the table changes: (chunks, steps, cumulative steps)
+        # Replay: the contract's sampler over sample ids (chunk first_id + row, never reused), the next
+        # id, the id ranges of recently evicted chunks (to name a bad draw), and the table's lookup
+        # arrays, rebuilt only when the table changes: (chunks, first ids, steps)
+        self._sampler = make_sampler(self.contract) if self.rules.tabled else None
+        self._next_sample_id = 0
+        self._evicted_ranges: deque[tuple[int, int, Hashable]] = deque(maxlen=Auditor.RETIRED_WINDOW)
         self._table_snapshot: tuple[list[_Chunk], np.ndarray, np.ndarray] | None = None
         self._inserted = 0  # committed steps (what the auditor has seen ingested)
         self._inserting = 0  # steps of inserts admitted and still copying (their table room is reserved)
@@ -305,6 +313,9 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
             out["last_spill_error"] = self._last_spill_error
             out["last_ring_error"] = self._last_ring_error
             out["last_ingest_error"] = self._last_ingest_error
+            if self._sampler is not None:
+                out["replay_sampler"] = self._sampler.name
+                out.update(self._sampler.counters())
             return out
 
     def close(self, timeout: float = 30.0) -> AuditReport:

@@ -186,6 +186,8 @@ class RemoteBatch:
     t_ready: float | None = None
     annotations: dict[Hashable, Any] = field(default_factory=dict)
     row_offset: int = 0
+    replay_ids: np.ndarray | None = None  # Replay: every row's sampler id (whole batch), for update_priorities
+    weights: np.ndarray | None = None  # Replay: every row's importance weight (whole batch)
 
     def sample_ids(self) -> list[tuple[Hashable, int]]:
         """Every sample of the batch, in row order (from row 0, whatever ``row_offset``)."""
@@ -295,7 +297,8 @@ class _PlaneActor:
             return RemoteBatch(batch.learner, batch.update, batch.steps,
                                {k: _host_copy(v[from_row:]) for k, v in batch.columns.items()},
                                list(batch.selections), list(batch.versions), self._node_id, batch.t_ready,
-                               annotations=dict(batch.annotations), row_offset=from_row)
+                               annotations=dict(batch.annotations), row_offset=from_row,
+                               replay_ids=batch.replay_ids, weights=batch.weights)
         finally:
             batch.release()
 
@@ -312,6 +315,12 @@ class _PlaneActor:
     @_method(concurrency_group="control")
     def set_policy_version(self, version: int) -> None:
         self._live().set_policy_version(version)
+
+    @_portable
+    @_method(concurrency_group="control")
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """Replay: new priorities for sample ids of a delivered batch; returns those already evicted."""
+        return self._live().update_priorities(ids, priorities)
 
     @_portable
     @_method(concurrency_group="control")
@@ -407,7 +416,7 @@ def merge_audits(per_node: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "t": max((r["t"] for r in reports), default=0.0),
     }
     summed = ("ingested_chunks", "ingested_samples", "ingested_bytes", "deliveries", "delivered_samples",
-              "delivered_bytes", "unused_resident_samples", "checksums_verified", "out_of_band_events")
+              "delivered_bytes", "unused_resident_samples", "checksums_verified", "out_of_band_events", "drawn_samples")
     for k in summed:
         out[k] = 0
     for node, r in per_node.items():
@@ -672,6 +681,19 @@ class PlaneCluster:
         """``ray.get`` for the refs of :meth:`ingest_async` / :meth:`next_batch_async`: a Conduit error
         raised in a plane actor is re-raised as itself (``PlaneFullError``, ``DeliveryTimeout``, ...)."""
         return _get(refs, timeout=timeout)
+
+    def update_priorities_async(self, learner: str | None, ids: Any, priorities: Any) -> Any:
+        """``ObjectRef`` of :meth:`update_priorities` (the count of ids evicted since their draw)."""
+        self._check_live()
+        learner = self._learner(learner)
+        return self._actors[self._learners[learner]].update_priorities.remote(
+            np.asarray(ids, np.int64), np.asarray(priorities, np.float64))
+
+    def update_priorities(self, learner: str | None, ids: Any, priorities: Any) -> int:
+        """Replay: new priorities (e.g. a learner's TD errors) for the samples ``ids`` of a batch this
+        learner got (``RemoteBatch.replay_ids``), applied by the sampler of the learner's node; ids
+        evicted since their draw are skipped and counted. Returns how many were skipped."""
+        return _get(self.update_priorities_async(learner, ids, priorities))
 
     # ----------------------------------------------------------------------------- control
     def set_policy_version(self, version: int) -> None:

@@ -55,6 +55,7 @@ class _Chunk:
     busy: int = 0  # copies in flight reading its extent
     builds: int = 0  # batches holding some of its rows, not yet released
     annotation: Any = None  # the producer's small object travelling with the chunk (never in a tier)
+    first_id: int = -1  # Replay: the sampler id of its row 0 (row r is first_id + r); -1 outside the table
     _views: tuple[Extent, dict[str, Any]] | None = None  # column views of ``extent``, made on first use
 
     def columns(self) -> dict[str, Any]:

@@ -1,14 +1,36 @@
-"""The Replay table: a FIFO of chunks of at most ``capacity`` steps, sampled uniformly over live
-steps across every tier, through the contract's rate limiter.
+"""The Replay table: a FIFO of chunks of at most ``capacity`` steps, drawn from by the contract's
+sampler over live steps across every tier, through the contract's rate limiter.
+
+**Sample ids.** Every step in the table has an integer id for the sampler
+(:mod:`conduit.plane.sampler`): a chunk entering the table takes the next ``steps`` ids
+(``_Chunk.first_id + row``), never reused, so an id names one sample for the plane's lifetime.
+The table is FIFO and ids are handed out in table order, so the live chunks' first ids are
+increasing and an id is found by a binary search. A chunk evicted from the table has its ids
+removed from the sampler in the same lock hold.
+
+**A draw.** Under the lock the sampler draws the batch's ids and importance weights; the ids are
+resolved to ``(chunk, row)``; the auditor hears the draw (``Auditor.drawn``: every drawn sample must
+be live); the chunks are pinned (``busy``) so none is evicted or moved while their rows are copied
+into the batch; the delivery is reported after the copy. Rows are in id order (grouped by chunk),
+with their ids and weights alongside (``Batch.replay_ids``, ``Batch.weights``). An id that resolves
+to no live chunk would be a sampler bug: the draw is reported as it is (the auditor counts the
+violation) and the call fails, copying nothing.
+
+**Priorities.** :meth:`ReplayTable.update_priorities` hands a batch's ids and new priorities (the
+learner's TD errors) to the sampler; ids evicted since their draw are skipped and counted
+(``priority_updates_dropped`` in :meth:`~conduit.runtime.plane.ExperiencePlane.metrics`).
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
+from conduit.errors import ConduitError
 from conduit.runtime.batch import Batch, BatchBuild
 from conduit.runtime.records import (
     DeliveryTimeout,
@@ -26,6 +48,9 @@ class ReplayTable:
     # ---------------------------------------------------------------------------- replay
     def _insert_replay(self, c: _Chunk) -> None:
         self._table[c.meta.id] = c  # counted and given room at admission (ingest)
+        c.first_id = self._next_sample_id
+        self._next_sample_id += c.meta.steps
+        self._sampler.add(np.arange(c.first_id, self._next_sample_id, dtype=np.int64))
         self._table_snapshot = None
         self._cond.notify_all()
 
@@ -50,6 +75,8 @@ class ReplayTable:
             self._table.pop(cid)
             self._table_snapshot = None
             self._table_steps -= old.meta.steps
+            self._sampler.remove(np.arange(old.first_id, old.first_id + old.meta.steps, dtype=np.int64))
+            self._evicted_ranges.append((old.first_id, old.meta.steps, cid))
             old.next_row = old.meta.steps
             self._maybe_retire(old)
             self.metrics_.count("evicted_chunks")
@@ -94,24 +121,37 @@ class ReplayTable:
             extent = got[0]
             if self._table_snapshot is None:  # rebuilt only when the table changed since the last sample
                 chunks = list(self._table.values())
+                firsts = np.fromiter((c.first_id for c in chunks), np.int64, len(chunks))
                 steps = np.fromiter((c.meta.steps for c in chunks), np.int64, len(chunks))
-                self._table_snapshot = (chunks, steps, np.cumsum(steps))
-            chunks, steps, ends = self._table_snapshot
-            # n steps uniformly over every step in the table, with replacement: a position in the
-            # concatenated table names a chunk (the first whose cumulative end lies past it) and a row
-            flat = np.sort(self._rng.integers(0, int(ends[-1]), size=n))
-            owner = np.searchsorted(ends, flat, side="right")
-            rows = (flat - (ends[owner] - steps[owner])).astype(np.intp)
+                self._table_snapshot = (chunks, firsts, steps)
+            chunks, firsts, steps = self._table_snapshot
+            # n draws by the contract's sampler, with replacement; in id order, so grouped by chunk
+            ids, weights = self._sampler.sample(n, self._rng)
+            order = np.argsort(ids, kind="stable")
+            ids, weights = ids[order], weights[order]
+            owner = np.searchsorted(firsts, ids, side="right") - 1
+            rows = ids - firsts[np.maximum(owner, 0)]
+            dead = (owner < 0) | (rows >= steps[np.maximum(owner, 0)])
+            if dead.any():  # a sampler bug: report the draw as it is, copy nothing
+                self._bad_draw(ids, owner, rows, dead)
+                extent.free()
+                q.model.served()
+                self._cond.notify_all()
+                raise ConduitError(f"learner {learner!r}: the replay sampler drew {int(dead.sum())} samples that are "
+                                   "no longer in the table (reported to the audit as evicted_then_sampled)")
+            rows = rows.astype(np.intp)
             bounds = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist(), n]  # runs of draws from one chunk
             selections = []
             for lo, hi in itertools.pairwise(bounds):
                 c = chunks[int(owner[lo])]
                 c.busy += 1  # neither evicted nor moved while the copy reads it
                 selections.append((c, rows[lo:hi]))
+            self.auditor.drawn([(c.meta.id, idx) for c, idx in selections], time.time())
             self._sampled += n
             self._sampling += 1  # close() waits for this copy before it frees memory
         build = BatchBuild(learner, -1, extent, n)
         build.id = ("batch", learner, next(self._ids))
+        build.replay_ids, build.weights = ids, weights
         dst = extent.columns()
         by_tier: dict[str, list[tuple[_Chunk, np.ndarray, int]]] = {}  # one timed copy run per source tier
         row = 0
@@ -165,3 +205,42 @@ class ReplayTable:
             self.metrics_.count("delivered_batches")
             self.metrics_.count("delivered_samples", n)
             return Batch(self, build, upd, dst)
+
+    def _bad_draw(self, ids: np.ndarray, owner: np.ndarray, rows: np.ndarray, dead: np.ndarray) -> None:
+        """Under the lock: report a draw with ids in no live chunk, naming each sample as well as is known
+        (a recently evicted chunk by its id and row, an id never handed out as its own unknown chunk)."""
+        sel: dict[Hashable, list[int]] = {}
+        chunks = self._table_snapshot[0]
+        for i, o, r, d in zip(ids.tolist(), owner.tolist(), rows.tolist(), dead.tolist(), strict=True):
+            if not d:
+                sel.setdefault(chunks[o].meta.id, []).append(r)
+                continue
+            for first, steps, cid in reversed(self._evicted_ranges):
+                if first <= i < first + steps:
+                    sel.setdefault(cid, []).append(i - first)
+                    break
+            else:
+                sel.setdefault(("unknown-sample-id", i), []).append(0)
+        self.auditor.drawn([(cid, np.asarray(r, np.intp)) for cid, r in sel.items()], time.time())
+        self.metrics_.count("bad_draws")
+
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """New priorities for the samples ``ids`` of a delivered Replay batch (``Batch.replay_ids``),
+        typically the learner's absolute TD errors, one per row. Ids evicted since their draw are
+        skipped; returns how many (also counted in :meth:`metrics` as ``priority_updates_dropped``).
+        A uniform sampler ignores the values but counts the same way."""
+        if self._sampler is None:
+            raise ConduitError(f"update_priorities: the {self.contract.kind} contract has no replay sampler")
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        prios = np.asarray(priorities, np.float64).reshape(-1)
+        if len(ids) != len(prios):
+            raise ConduitError(f"update_priorities: {len(ids)} sample ids but {len(prios)} priorities")
+        with self._cond:
+            self._check_open()
+            return self._sampler.update(ids, prios)
+
+    @property
+    def replay_sampler(self) -> Any:
+        """The Replay table's sampler (:mod:`conduit.plane.sampler`; None for other contracts). Its
+        ``state_dict()`` / ``load_state_dict()`` carry it through a checkpoint, with the table."""
+        return self._sampler
