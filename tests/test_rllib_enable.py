@@ -51,7 +51,7 @@ from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from conduit.contracts import BoundedStaleness, OnPolicy, Replay
+from conduit.contracts import BoundedStaleness, OnPolicy, Prioritized, Replay
 from conduit.errors import ConduitError
 from conduit.runtime.rllib import EnableError, enable
 from conduit.runtime.rllib.callbacks import ConduitCallback
@@ -355,13 +355,47 @@ def test_enable_dqn_plan_and_buffer():
     assert plan.contract.capacity == 12_345 and plan.contract.min_size == 500 - 2
     assert plan.contract.replay_ratio > 0
     assert plan.batch_steps == 64 and plan.n_step == 3 and plan.gamma == pytest.approx(0.95)
-    assert any("Prioritized" in n for n in plan.notes)
+    # DQN's default buffer is prioritized: the contract samples with its alpha and beta
+    assert plan.contract.sampler == Prioritized(alpha=0.6, beta=0.4)
     assert cfg.replay_buffer_config["type"] == IMPORT_PATH
     assert cfg.replay_buffer_config["capacity"] == 12_345
-    # replay learners keep two batches fetched ahead unless told otherwise
-    assert plan.options["prefetch_depth"] == 2 and plan.options["coalesce_s"] == 0.1
-    mine = enable(original, prefetch_depth=1, coalesce_s=0.0).learner_class.conduit_plan
-    assert mine.options["prefetch_depth"] == 1 and mine.options["coalesce_s"] == 0.0
+    # a prioritized draw waits for the previous update's priorities: one batch fetched ahead
+    assert plan.options["prefetch_depth"] == 1 and plan.options["coalesce_s"] == 0.1
+    mine = enable(original, prefetch_depth=2, coalesce_s=0.0).learner_class.conduit_plan
+    assert mine.options["prefetch_depth"] == 2 and mine.options["coalesce_s"] == 0.0
+    # enabling again reads the original buffer type, kept beside Conduit's import path
+    assert _plan(enable(cfg)).contract.sampler == Prioritized(alpha=0.6, beta=0.4)
+    uniform = enable(DQNConfig().environment("CartPole-v1").training(
+        replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 1000}))
+    plan = _plan(uniform)
+    assert plan.contract.sampler == "uniform" and plan.options["prefetch_depth"] == 2
+    assert _plan(enable(uniform)).contract.sampler == "uniform"
+
+
+@pytest.mark.parametrize("buf, setting", [
+    ({"type": "MultiAgentPrioritizedReplayBuffer"}, "MultiAgentPrioritizedReplayBuffer"),
+    ({"type": "ReplayBuffer"}, "'ReplayBuffer'"),
+    ({"type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4, "storage_unit": "timesteps"},
+     "storage_unit"),
+    ({"type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6, "beta": 0.4, "prioritized_replay_eps": 1e-6},
+     "prioritized_replay_eps"),
+    ({"type": "EpisodeReplayBuffer", "alpha": 0.6}, "'alpha'"),
+    ({"type": "PrioritizedEpisodeReplayBuffer", "alpha": 0.6}, "'beta'"),
+    ({"type": "PrioritizedEpisodeReplayBuffer", "alpha": -1.0, "beta": 0.4}, "alpha"),
+])
+def test_enable_refuses_replay_settings_it_does_not_implement(buf, setting):
+    cfg = DQNConfig().environment("CartPole-v1")
+    cfg.replay_buffer_config = dict(buf)  # replace, not merge: RLlib's training() merges into its default
+    with pytest.raises(EnableError, match=setting):
+        enable(cfg)
+
+
+def test_enable_sac_default_buffer_is_prioritized_with_rllib_defaults():
+    plan = _plan(enable(SACConfig().environment("Pendulum-v1")))
+    assert plan.contract.sampler == Prioritized(alpha=0.6, beta=0.4)
+    cfg = SACConfig().environment("Pendulum-v1").training(
+        replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer", "alpha": 1.0, "beta": 0.0})
+    assert _plan(enable(cfg)).contract.sampler == Prioritized(alpha=1.0, beta=0.0)
 
 
 def test_enabled_replay_buffer_builds_the_way_rllib_builds_it():
@@ -969,3 +1003,35 @@ def test_streamed_gae_is_not_installed_over_a_custom_learner_connector():
         _learner_connector = None
 
     assert install_streamed_gae(NoPipeline()) is False
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. Importance weights reach DQN's loss as RLlib's connector would put them there
+# ------------------------------------------------------------------------------------------------
+
+
+def test_replay_importance_weights_reach_the_train_batch_as_rllib_builds_it():
+    """A DQN learner's stock connector, fed the one-step episodes rebuilt with per-row weights (as
+    RLlib's prioritized buffer returns them), builds the same ``weights`` column as DirectReplay; the
+    weights in the train batch are the plane's, not 1; with other weights the batches differ."""
+    from conduit.runtime.rllib.delivery import DirectReplay
+
+    env = gym.make("CartPole-v1")
+    spaces = (env.observation_space, env.action_space)
+    learner = DQNConfig().environment("CartPole-v1").build_learner(env=env)
+    rng = np.random.default_rng(5)
+    ep = SingleAgentEpisode(id_="w", observations=rng.normal(size=(13, 4)).astype(np.float32),
+                            actions=rng.integers(0, 2, size=12), rewards=np.ones(12, np.float32),
+                            infos=[{} for _ in range(13)], terminated=True, len_lookback_buffer=0,
+                            observation_space=spaces[0], action_space=spaces[1])
+    payload = pack_transitions([ep], transition_schema(*spaces), 1, 0.99)
+    weights = rng.uniform(0.1, 1.0, len(payload["obs"]))
+    episodes = rebuild_transitions(payload, weights=weights, observation_space=spaces[0], action_space=spaces[1])
+    assert [e.get_extra_model_outputs("weights", slice(0, 1))[0] for e in episodes] == pytest.approx(weights)
+    direct = DirectReplay()
+    assert direct.verify(learner, payload, weights, episodes), direct.reason
+    batch = direct.train_data(payload, weights).batch.policy_batches[DEFAULT_MODULE_ID]
+    np.testing.assert_allclose(np.asarray(batch["weights"], np.float64), weights, rtol=1e-6)
+    other = DirectReplay()
+    assert not other.verify(learner, payload, np.ones_like(weights), episodes)
+    assert "weights" in other.reason

@@ -165,7 +165,18 @@ def test_dqn_replay_from_the_plane(local_ray):
     assert sampled - 2 <= final["ingested_samples"] <= sampled
     # n_step=3 makes RLlib's "auto" fragment 3 steps: one update of 16 rows per 3 env steps after learning starts
     assert final["delivered_samples"] % 16 == 0 and final["delivered_samples"] >= 16 * 40
-    assert results[-1]["conduit"]["notes"]  # the config asked for a prioritized buffer: reported
+    # DQN's default buffer is prioritized: so is the plane's sampler, and the learner's TD errors
+    # updated its priorities (all but the batches drawn and not yet trained on, at most one ahead)
+    conduit = results[-1]["conduit"]
+    assert conduit["contract"]["sampler"] == {"kind": "prioritized", "alpha": 0.6, "beta": 0.4}
+    metrics = conduit["metrics"]
+    assert metrics["replay_sampler"] == "prioritized"
+    updated = metrics["priority_updates"] + metrics["priority_updates_dropped"]
+    assert metrics["priority_updates"] > 0 and final["delivered_samples"] - 2 * 16 <= updated <= final["delivered_samples"]
+    assert final["drawn_samples"] == final["delivered_samples"]  # every draw audited live (0 violations above)
+    # the rows went to the loss as a ready train batch, importance weights included, after matching
+    # what RLlib's own connector builds from the same one-step episodes (weights in extra_model_outputs)
+    assert "direct_batch_refused" not in results[-1]["learners"]["__all_modules__"].get("conduit", {})
     # replay batches are rows drawn with replacement: no delivery carries a whole chunk, and only
     # whole chunks are checksummed, so there is nothing to verify (and nothing may differ)
     assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0
@@ -183,7 +194,7 @@ def test_sac_replay_from_the_plane(local_ray):
     _check_common(results, final, "replay")
     assert final["ingested_samples"] == results[-1]["env_runners"]["num_env_steps_sampled_lifetime"]
     assert final["delivered_samples"] >= 16 * 10
-    assert not results[-1]["conduit"]["notes"]  # uniform buffer asked for, uniform sampling given
+    assert results[-1]["conduit"]["contract"]["sampler"] == "uniform"  # uniform buffer asked for, and given
     assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0  # rows, not chunks (see DQN)
 
 

@@ -121,7 +121,6 @@ def report(cluster: Any, plan: Plan) -> dict[str, Any]:
         "metrics": plane,
         "audit": audit,
         "violations": int(audit.get("violations", 0)),
-        "notes": list(plan.notes),
     }
 
 

@@ -2,10 +2,12 @@
 
 * :class:`Prefetcher` (DQN, SAC, APPO, IMPALA): a thread keeps the learner's *next* batch fetched and
   rebuilt while the learner trains on the current one, so ``update()`` finds it ready (DQN/SAC: the
-  next two, by default). Their contracts allow it: a Replay sample drawn an update or two early is
-  still a uniform sample of inserted, not-yet-evicted steps (the rate limiter counts it when it is
-  drawn), and a BoundedStaleness batch is still within its lag bound (the plane checks it when it
-  hands the batch over; APPO/IMPALA prefetch one batch only, so the bound stays the plane's).
+  next two with a uniform buffer, the next one with a prioritized buffer). Their contracts allow it:
+  a Replay sample drawn an update early is still a draw of inserted, not-yet-evicted steps (the rate
+  limiter counts it when it is drawn; a prioritized draw waits for the priorities of the updates
+  finished before it, see :mod:`conduit.runtime.rllib.learner`), and a BoundedStaleness batch is
+  still within its lag bound (the plane checks it when it hands the batch over; APPO/IMPALA prefetch
+  one batch only, so the bound stays the plane's).
 * :class:`~conduit.runtime.rllib.values.ValueStream` (PPO): OnPolicy batch *k* cannot be fetched
   before iteration *k* has sampled it, so instead its chunks are read and evaluated as they land.
 * :func:`fetch_now` (PPO with ``value_pass="batch"``, or ``prefetch_depth=0``): on demand.
@@ -37,11 +39,13 @@ log = logging.getLogger(__name__)  # conduit.runtime.rllib.delivery
 
 
 def rebuild(batch: Any, layout: str, spaces: tuple[Any, Any]) -> list:
-    """A delivered batch as the episodes RLlib's learner connector takes."""
+    """A delivered batch as the episodes RLlib's learner connector takes (Replay: with each row's
+    importance weight, as RLlib's buffers put it in the one-step episodes' ``weights``)."""
     if layout == TRAJECTORY:
         return rebuild_trajectories(batch.columns, batch.selections, batch.annotations,
                                     observation_space=spaces[0], action_space=spaces[1])[0]
-    return rebuild_transitions(batch.columns, observation_space=spaces[0], action_space=spaces[1])
+    return rebuild_transitions(batch.columns, weights=getattr(batch, "weights", None),
+                               observation_space=spaces[0], action_space=spaces[1])
 
 
 def fetch_now(cluster: Any, learner: str, layout: str, spaces: tuple[Any, Any], *, update: int | None,
@@ -58,18 +62,20 @@ class DirectReplay:
         self.reason = ""
         self.dtypes: dict[str, np.dtype] = {}  # the stock batch's dtype per column (adopted when verified)
 
-    def columns(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def columns(self, cols: dict[str, np.ndarray], weights: np.ndarray | None) -> dict[str, np.ndarray]:
         from ray.rllib.core.columns import Columns
 
+        if weights is None:
+            weights = np.ones(len(cols["obs"]), np.float64)
         out = {
             Columns.OBS: cols["obs"], Columns.NEXT_OBS: cols["next_obs"], Columns.ACTIONS: cols["actions"],
             Columns.REWARDS: cols["rewards"], Columns.TERMINATEDS: cols["terminateds"],
             Columns.TRUNCATEDS: cols["truncateds"], "n_step": cols["n_step"],
-            "weights": np.ones(len(cols["obs"]), np.float64),
+            "weights": np.asarray(weights, np.float64),
         }
         return {k: v.astype(self.dtypes[k], copy=False) if k in self.dtypes else v for k, v in out.items()}
 
-    def verify(self, learner: Any, cols: dict[str, np.ndarray], episodes: list) -> bool:
+    def verify(self, learner: Any, cols: dict[str, np.ndarray], weights: np.ndarray | None, episodes: list) -> bool:
         """Compare with the stock connector's batch for the same episodes; remember the verdict."""
         from ray.rllib.core import DEFAULT_MODULE_ID
         from ray.rllib.utils.numpy import convert_to_numpy
@@ -77,7 +83,7 @@ class DirectReplay:
         stock = learner._learner_connector(rl_module=learner.module, batch={}, episodes=copy.deepcopy(episodes),
                                            shared_data={}, metrics=None)
         stock = {k: convert_to_numpy(v) for k, v in stock.get(DEFAULT_MODULE_ID, {}).items()}
-        mine = self.columns(cols)
+        mine = self.columns(cols, weights)
         if set(stock) != set(mine):
             self.reason = f"columns differ: stock {sorted(stock)}, direct {sorted(mine)}"
         else:
@@ -89,12 +95,12 @@ class DirectReplay:
         self.verified = not self.reason
         return self.verified
 
-    def train_data(self, cols: dict[str, np.ndarray]) -> Any:
+    def train_data(self, cols: dict[str, np.ndarray], weights: np.ndarray | None) -> Any:
         from ray.rllib.core import DEFAULT_MODULE_ID
         from ray.rllib.core.learner.training_data import TrainingData
         from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-        batch = SampleBatch(self.columns(cols))
+        batch = SampleBatch(self.columns(cols, weights))
         return TrainingData(batch=MultiAgentBatch({DEFAULT_MODULE_ID: batch}, env_steps=len(batch)))
 
 

@@ -27,7 +27,7 @@ from conduit.errors import ConduitError
 from conduit.runtime.rllib.callbacks import ConduitCallback
 from conduit.runtime.rllib.env_runner import conduit_env_runner_class
 from conduit.runtime.rllib.learner import conduit_learner_class
-from conduit.runtime.rllib.plan import REPLAY, EnableError, make_plan
+from conduit.runtime.rllib.plan import ORIGINAL_TYPE, REPLAY, EnableError, make_plan
 from conduit.runtime.rllib.replay_buffer import IMPORT_PATH
 
 OPTIONS: dict[str, str] = {
@@ -168,5 +168,7 @@ def enable(config: Any, **options: Any) -> Any:
     existing = [c for c in existing if c is not None and c is not RLlibCallback and c is not ConduitCallback]
     cfg.callbacks(callbacks_class=[*existing, ConduitCallback] if existing else ConduitCallback)
     if plan.family == REPLAY:
-        cfg.replay_buffer_config = {**cfg.replay_buffer_config, "type": IMPORT_PATH}
+        buf = dict(cfg.replay_buffer_config or {})
+        original = buf.get(ORIGINAL_TYPE, buf.get("type", "PrioritizedEpisodeReplayBuffer"))
+        cfg.replay_buffer_config = {**buf, "type": IMPORT_PATH, ORIGINAL_TYPE: original}
     return cfg

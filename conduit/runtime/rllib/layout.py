@@ -19,10 +19,10 @@ train batch RLlib would build:
   ``actions``, ``rewards`` (the discounted sum of the ``k`` rewards), ``terminateds``,
   ``truncateds`` and ``n_step`` (= ``k``). An EnvRunner's :class:`TransitionPacker` holds the last
   ``n_step - 1`` steps of a cut piece until the episode's next piece arrives, so windows run across
-  sample calls as in RLlib's episode buffer. The plane's Replay sampler draws rows uniformly, which
-  is the uniform episode buffer's timestep sampling; the learner uses each sampled row as the
-  one-step episode RLlib's buffer would have returned (with ``weights`` 1), or directly as a row of
-  the train batch (:class:`~conduit.runtime.rllib.delivery.DirectReplay`).
+  sample calls as in RLlib's episode buffer. The plane's Replay sampler draws rows as RLlib's
+  buffer draws timesteps (uniformly, or by priority for the prioritized buffer); the learner uses
+  each sampled row as the one-step episode RLlib's buffer would have returned (with its importance
+  weight in ``weights``), or directly as a row of the train batch (:class:`~conduit.runtime.rllib.delivery.DirectReplay`).
 """
 
 from __future__ import annotations
@@ -341,12 +341,14 @@ def rebuild_trajectories(columns: Mapping[str, np.ndarray], selections: Sequence
     return episodes, runs
 
 
-def rebuild_transitions(columns: Mapping[str, np.ndarray], *, observation_space: Any = None,
+def rebuild_transitions(columns: Mapping[str, np.ndarray], *, weights: Any = None, observation_space: Any = None,
                         action_space: Any = None) -> list[Any]:
-    """The one-step episodes RLlib's episode buffer returns, one per sampled transition row."""
+    """The one-step episodes RLlib's episode buffer returns, one per sampled transition row, each
+    with its importance weight (``weights``, one per row; 1 when None, as the uniform buffer)."""
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
     obs, nxt, act = columns["obs"], columns["next_obs"], columns["actions"]
+    w = np.ones(len(obs)) if weights is None else np.asarray(weights, np.float64)
     rew, term, trunc, nst = columns["rewards"], columns["terminateds"], columns["truncateds"], columns["n_step"]
     return [
         SingleAgentEpisode(
@@ -356,7 +358,7 @@ def rebuild_transitions(columns: Mapping[str, np.ndarray], *, observation_space:
             infos=[{}, {}],
             terminated=bool(term[i]),
             truncated=bool(trunc[i]),
-            extra_model_outputs={"n_step": [int(nst[i])], "weights": [1.0]},
+            extra_model_outputs={"n_step": [int(nst[i])], "weights": [float(w[i])]},
             len_lookback_buffer=0,
             observation_space=observation_space,
             action_space=action_space,

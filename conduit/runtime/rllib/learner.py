@@ -4,9 +4,20 @@
 extension point). Its ``update()`` ignores the placeholder data the driver passes (PPO's tickets,
 APPO's empty episode references, DQN's replay ticket), takes this learner's batch from the plane -
 OnPolicy: the batch of its current weights version; BoundedStaleness: its next batch; Replay: a
-uniform sample - rebuilds the episodes RLlib's learner connector expects
+draw by the contract's sampler, with each row's importance weight in the ``weights`` column that
+DQN's and SAC's losses read - rebuilds the episodes RLlib's learner connector expects
 (:mod:`conduit.runtime.rllib.layout`), and runs the stock update on them. After the update it tells
 the plane the new weights version, which is what OnPolicy and BoundedStaleness enforce.
+
+**Priorities (Replay).** RLlib's DQN/SAC ``training_step`` takes the TD errors the loss logs
+(``TD_ERROR_KEY``, one per row) out of the learner results and hands them to its buffer's
+``update_priorities`` (``ray/rllib/utils/replay_buffers/utils.py:
+update_priorities_in_episode_replay_buffer``). Here the learner itself sends them, with the batch's
+sample ids, to the plane (:meth:`~conduit.runtime.ray_plane.PlaneCluster.update_priorities`) as
+soon as its update returns, asynchronously; the next fetch waits for that call to land before it
+draws, so each batch is drawn with the priorities of every update that finished before its fetch
+began (with ``prefetch_depth=1``, the default for a prioritized buffer, that is RLlib's order: batch
+*k+1* sees update *k*'s priorities).
 
 For PPO the learner also runs a :class:`~conduit.runtime.rllib.values.ValueStream`: while the
 EnvRunners still sample iteration *k*, a background thread reads the chunks that already landed in
@@ -18,8 +29,11 @@ pass over the whole batch after sampling; the advantages are computed by RLlib's
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, ClassVar
+
+import numpy as np
 
 from conduit.errors import ConduitError
 from conduit.runtime.rllib.plan import ON_POLICY, REPLAY, Plan
@@ -42,6 +56,9 @@ class ConduitLearnerMixin:
         self._cd_id = learner
         self._cd_spaces = spaces
         self._cd_stream = self._cd_prefetch = None
+        self._cd_prio_lock = threading.Lock()
+        self._cd_prio_refs: list[Any] = []  # priority updates sent, not yet known to have landed
+        self._cd_last_ids: np.ndarray | None = None  # the sample ids of the batch being trained on
         plan = self.conduit_plan
         if plan.family == ON_POLICY:
             if plan.options.get("value_pass", "per_chunk") == "per_chunk":
@@ -51,7 +68,7 @@ class ConduitLearnerMixin:
                     self._cd_stream = ValueStream(self, cluster, learner)
         elif (depth := int(plan.options.get("prefetch_depth", 1))) > 0:
             if plan.family == REPLAY:  # the raw batch: DirectReplay decides how it reaches the update
-                self._cd_prefetch = Prefetcher(lambda t: cluster.next_batch(learner, timeout=t), depth=depth)
+                self._cd_prefetch = Prefetcher(lambda t: self._cd_draw(t), depth=depth)
             else:
                 self._cd_prefetch = Prefetcher(
                     lambda t: fetch_now(cluster, learner, plan.layout, spaces, update=None, timeout=t))
@@ -65,6 +82,38 @@ class ConduitLearnerMixin:
         self._cd_cluster = None
         self._cd_direct = None
 
+    def _cd_draw(self, timeout: float) -> Any:
+        """Replay: the next draw from the plane, once the priority updates sent so far have landed."""
+        self._cd_flush_priorities()
+        return self._cd_cluster.next_batch(self._cd_id, timeout=timeout)
+
+    def _cd_flush_priorities(self) -> None:
+        with self._cd_prio_lock:
+            refs, self._cd_prio_refs = self._cd_prio_refs, []
+        if refs:  # the plane counts updates for samples evicted meanwhile (priority_updates_dropped)
+            self._cd_cluster.get(refs)
+
+    def _cd_send_priorities(self, result: Any) -> None:
+        """Replay: this update's TD errors (as RLlib's ``training_step`` collects them) to the plane's sampler."""
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        from ray.rllib.utils.metrics import TD_ERROR_KEY
+        from ray.rllib.utils.numpy import convert_to_numpy
+
+        ids = self._cd_last_ids
+        self._cd_last_ids = None
+        stats = (result or {}).get(DEFAULT_MODULE_ID, {}).get(TD_ERROR_KEY) if isinstance(result, dict) else None
+        if ids is None or stats is None:
+            return  # a loss that logs no TD errors: RLlib skips the update too (with a warning)
+        values = stats.peek() if hasattr(stats, "peek") else stats
+        values = values if isinstance(values, list | tuple) else [values]
+        td = np.concatenate([np.asarray(convert_to_numpy(v), np.float64).reshape(-1) for v in values])
+        if len(td) != len(ids):
+            raise ConduitError(f"the learner logged {len(td)} TD errors for a replay batch of {len(ids)} rows; "
+                               "priorities need one per row (RLlib's update_priorities asserts the same)")
+        ref = self._cd_cluster.update_priorities_async(self._cd_id, ids, np.abs(td))
+        with self._cd_prio_lock:
+            self._cd_prio_refs.append(ref)
+
     def _cd_training_data(self, version: int, timeout: float) -> Any:
         """This update's data from the plane, as RLlib's ``TrainingData``."""
         from ray.rllib.core.learner.training_data import TrainingData
@@ -75,13 +124,13 @@ class ConduitLearnerMixin:
         if self._cd_stream is not None:
             return TrainingData(episodes=self._cd_stream.episodes_for(version, timeout))
         if self._cd_direct is not None:  # Replay: a raw batch, as a ready train batch once verified
-            batch = self._cd_prefetch.get(timeout) if self._cd_prefetch is not None else \
-                self._cd_cluster.next_batch(self._cd_id, timeout=timeout)
+            batch = self._cd_prefetch.get(timeout) if self._cd_prefetch is not None else self._cd_draw(timeout)
+            self._cd_last_ids = batch.replay_ids
             direct = self._cd_direct
             if direct.verified:
-                return direct.train_data(batch.columns)
+                return direct.train_data(batch.columns, batch.weights)
             episodes = rebuild(batch, plan.layout, self._cd_spaces)
-            if direct.verified is None and not direct.verify(self, batch.columns, episodes):
+            if direct.verified is None and not direct.verify(self, batch.columns, batch.weights, episodes):
                 from ray.rllib.core import ALL_MODULES
 
                 self.metrics.log_value((ALL_MODULES, METRICS_KEY, "direct_batch_refused"), direct.reason,
@@ -111,6 +160,8 @@ class ConduitLearnerMixin:
                 result = super().update(training_data=data, **kwargs)
         else:
             result = super().update(training_data=data, **kwargs)
+        if plan.family == REPLAY:  # before the next fetch is requested: it waits for these to land
+            self._cd_send_priorities(result)
         if self._cd_prefetch is not None:
             self._cd_prefetch.request()  # the next batch is fetched while the learner is idle
         if plan.family != REPLAY:

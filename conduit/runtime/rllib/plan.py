@@ -26,8 +26,10 @@ not deep inside a training run.
   replay buffer's, ``min_size`` is ``num_steps_sampled_before_learning_starts`` less the steps the
   EnvRunners hold back for their n-step windows (``(n_step - 1)`` per env), ``replay_ratio``
   is sampled steps per inserted step as RLlib's training loop runs it (``calculate_rr_weights``).
-  Sampling is uniform over stored timesteps; a prioritized buffer config is reported as such in
-  the result's ``conduit/notes``.
+  The contract's sampler is the config's buffer (:func:`replay_sampler`): ``EpisodeReplayBuffer``
+  samples uniformly, ``PrioritizedEpisodeReplayBuffer`` (DQN's and SAC's default) by priority with
+  its ``alpha`` and ``beta``; any other buffer, and any buffer setting Conduit does not implement,
+  is refused here, naming it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Replay
+from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Prioritized, Replay
 from conduit.errors import ConduitError
 from conduit.runtime.rllib.layout import TRAJECTORY, TRANSITION
 
@@ -61,7 +63,6 @@ class Plan:
     chunk_steps: int | None  # on_policy: sub-chunk size a runner streams while it samples
     n_step: int = 1
     gamma: float = 0.99
-    notes: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -122,7 +123,6 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     _check_common(config, name)
     runners = int(config.num_env_runners or 0)
     frags = _fragment_steps(config, runners)
-    notes: list[str] = []
     for key, owners in (("chunk_steps", ("PPO",)), ("max_lag", ("APPO", "IMPALA"))):
         if options.get(key) is not None and name not in owners:
             raise EnableError(f"enable(): option {key}= applies to {'/'.join(owners)}, not {name}")
@@ -174,10 +174,7 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     if not isinstance(n_step, int) or isinstance(n_step, bool) or n_step < 1:
         raise EnableError(f"enable(): {name} with n_step={n_step!r}: Conduit stores fixed n-step transitions; "
                           "set n_step to a positive integer")
-    kind = str(buf.get("type", ""))
-    if "Prioritized" in kind:
-        notes.append(f"the config's {kind} samples by priority; Conduit's Replay contract samples uniformly "
-                     "(priorities are not updated)")
+    sampler = replay_sampler(buf, name)
     from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
 
     store_w, train_w = calculate_rr_weights(config)
@@ -190,9 +187,68 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     # synchronous DQN loop samples nothing while its learner waits: so the warm-up must not count them.
     held = (n_step - 1) * max(1, int(config.num_envs_per_env_runner)) * max(1, runners)
     min_size = min(max(0, int(config.num_steps_sampled_before_learning_starts or 0) - held), capacity)
-    contract = Replay(capacity=capacity, replay_ratio=ratio, min_size=min_size,
+    contract = Replay(capacity=capacity, replay_ratio=ratio, min_size=min_size, sampler=sampler,
                       error_buffer=max(1.0, ratio) * max(min_size, batch, sum(frags) * 4))
     # Two replay batches fetched ahead: a plane round trip can outlast one idle gap of the learner.
-    options = {"coalesce_s": 0.1, "prefetch_depth": 2, **options}
+    # Prioritized: one, so that each batch is drawn after the previous update's priorities are in (RLlib's
+    # order); a deeper prefetch draws that many updates early, with priorities that many updates old.
+    depth = 1 if isinstance(sampler, Prioritized) else 2
+    options = {"coalesce_s": 0.1, "prefetch_depth": depth, **options}
     return Plan(name, REPLAY, TRANSITION, contract, batch, None, n_step=n_step, gamma=float(config.gamma),
-                notes=tuple(notes), options=options)
+                options=options)
+
+
+ORIGINAL_TYPE = "conduit_original_type"
+"""The key under which ``enable()`` keeps the config's own buffer type in ``replay_buffer_config``
+(its ``type`` becomes Conduit's driver-side buffer), so that enabling again reads the same sampler."""
+
+_UNIFORM = "EpisodeReplayBuffer"
+_PRIORITIZED = "PrioritizedEpisodeReplayBuffer"
+_PATHS = {
+    "ray.rllib.utils.replay_buffers.episode_replay_buffer.EpisodeReplayBuffer": _UNIFORM,
+    "ray.rllib.utils.replay_buffers.EpisodeReplayBuffer": _UNIFORM,
+    "ray.rllib.utils.replay_buffers.prioritized_episode_buffer.PrioritizedEpisodeReplayBuffer": _PRIORITIZED,
+    "ray.rllib.utils.replay_buffers.PrioritizedEpisodeReplayBuffer": _PRIORITIZED,
+}
+# Keys of replay_buffer_config that do not change what is sampled, for both buffers: DQN's and SAC's
+# training_step pass the batch size and sequence length to sample() (num_items, batch_length_T=0 for
+# a stateless module), overriding batch_size_B / batch_length_T; the smoothing window is for metrics.
+_NEUTRAL_KEYS = {"type", ORIGINAL_TYPE, "capacity", "batch_size_B", "batch_length_T",
+                 "metrics_num_episodes_for_smoothing"}
+
+
+def replay_sampler(buf: dict[str, Any], name: str) -> str | Prioritized:
+    """The Replay sampler a DQN/SAC ``replay_buffer_config`` asks for, or :class:`EnableError`.
+
+    ``EpisodeReplayBuffer``: ``"uniform"`` (its ``sample`` draws timesteps uniformly).
+    ``PrioritizedEpisodeReplayBuffer``: :class:`~conduit.contracts.Prioritized` with the config's
+    ``alpha`` (the constructor's default, 1.0, if absent) and ``beta`` (required: DQN's and SAC's
+    ``training_step`` pass ``replay_buffer_config.get("beta")`` to ``sample()``, whose ``assert
+    beta >= 0.0`` fails on None). Any other buffer type, and any key beyond ``capacity``,
+    ``alpha``, ``beta`` and the sampling-neutral ``batch_size_B``, ``batch_length_T`` and
+    ``metrics_num_episodes_for_smoothing``, is refused, naming it: Conduit does not implement it,
+    and would not silently drop it.
+    """
+    raw = buf.get(ORIGINAL_TYPE, buf.get("type", _PRIORITIZED))
+    kind = raw if isinstance(raw, str) else getattr(raw, "__name__", repr(raw))
+    if not isinstance(raw, str) and getattr(raw, "__module__", "").startswith("ray.rllib."):
+        kind = f"{raw.__module__}.{raw.__name__}"
+    kind = _PATHS.get(kind, kind)
+    if kind not in (_UNIFORM, _PRIORITIZED):
+        raise EnableError(f"enable(): {name} with replay_buffer_config['type']={kind!r}: Conduit's Replay table "
+                          f"implements {_UNIFORM!r} (uniform) and {_PRIORITIZED!r} (prioritized) only")
+    allowed = _NEUTRAL_KEYS | ({"alpha", "beta"} if kind == _PRIORITIZED else set())
+    for key in sorted(buf, key=str):
+        if key not in allowed:
+            raise EnableError(f"enable(): {name} with replay_buffer_config[{key!r}]: Conduit's {kind} does not "
+                              f"implement this setting (it takes {', '.join(sorted(allowed - {ORIGINAL_TYPE}))}); "
+                              "remove it")
+    if kind == _UNIFORM:
+        return "uniform"
+    if buf.get("beta") is None:
+        raise EnableError(f"enable(): {name} with a {_PRIORITIZED} needs replay_buffer_config['beta'] (RLlib passes "
+                          "it to sample() and fails without it)")
+    try:
+        return Prioritized(alpha=buf.get("alpha", 1.0), beta=buf["beta"])
+    except ConduitError as exc:
+        raise EnableError(f"enable(): {name} replay_buffer_config: {exc}") from None
