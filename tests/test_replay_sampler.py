@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from scipy import stats
@@ -291,3 +291,52 @@ class SamplerAndTable(RuleBasedStateMachine):
 SamplerAndTable.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
                                              suppress_health_check=[HealthCheck.too_slow])
 TestSamplerAndTable = SamplerAndTable.TestCase
+
+
+# ----------------------------------------------------------------------------- the audit of draws
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_auditor_counts_exactly_the_draws_of_samples_that_are_not_live(data):
+    """Chunks ingested, some evicted, some partly dropped, one never ingested; random draws over all
+    of them: ``evicted_then_sampled`` is exactly the drawn samples that left the plane or were
+    dropped, ``unknown_sample`` exactly those of the unknown chunk, and a draw of live samples only
+    counts nothing."""
+    steps = data.draw(st.lists(st.integers(1, 12), min_size=1, max_size=8), label="steps")
+    auditor = Auditor(Replay(capacity=10**6, replay_ratio=1, min_size=0, error_buffer=1e9))
+    for cid, n in enumerate(steps):
+        auditor.ingested(Chunk(id=cid, producer="p", node="n", steps=n, nbytes=8 * n, policy_version=0,
+                               t_created=0.0), 0.0)
+    evicted = data.draw(st.sets(st.sampled_from(range(len(steps)))), label="evicted")
+    dropped: dict[int, set[int]] = {}
+    for cid in sorted(evicted):
+        auditor.evicted(cid, 1.0)
+    for cid in range(len(steps)):
+        if cid not in evicted and data.draw(st.booleans(), label=f"drop from {cid}"):
+            rows = data.draw(st.sets(st.integers(0, steps[cid] - 1), min_size=1), label=f"dropped rows {cid}")
+            auditor.dropped(cid, 1.5, "stale", np.array(sorted(rows)))
+            dropped[cid] = rows
+    unknown = len(steps)  # never ingested
+    draws = data.draw(st.lists(st.tuples(st.integers(0, len(steps)), st.integers(0, 11)), min_size=1, max_size=40),
+                      label="draws")
+    selections: dict[int, list[int]] = {}
+    want_gone = want_unknown = 0
+    for cid, r in draws:
+        if cid == unknown:
+            selections.setdefault(cid, []).append(r)
+            continue
+        r %= steps[cid]
+        selections.setdefault(cid, []).append(r)
+    for cid, rows in selections.items():
+        if cid == unknown:
+            want_unknown += len(rows)
+        elif cid in evicted:
+            want_gone += len(rows)
+        else:
+            want_gone += sum(r in dropped.get(cid, set()) for r in rows)
+    auditor.drawn([(cid, np.array(rows)) for cid, rows in selections.items()], 2.0)
+    report = auditor.report()
+    assert report.by_kind["evicted_then_sampled"] == want_gone
+    assert report.by_kind["unknown_sample"] == want_unknown
+    assert report.violations == want_gone + want_unknown
+    assert report.drawn_samples == sum(len(r) for c, r in selections.items() if c != unknown)
+    assert report.delivered_samples == 0  # a draw is not a delivery

@@ -14,6 +14,7 @@ iterations, env steps and wall time it took.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -64,7 +65,7 @@ def test_dqn_reaches_400_on_cartpole_with_the_default_prioritized_buffer():
             assert cd["violations"] == 0, cd["audit"]["examples"]
             steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
             ret = result["env_runners"].get("episode_return_mean")
-            best = max(best, ret if ret == ret and ret is not None else 0.0)
+            best = max(best, 0.0 if ret is None or math.isnan(ret) else float(ret))
         metrics = result["conduit"]["metrics"]
         print(f"\nDQN (prioritized, through the plane): mean return {best:.0f} after {it} iterations, "
               f"{steps} env steps, {time.time() - t0:.0f} s; priority updates {metrics['priority_updates']}, "

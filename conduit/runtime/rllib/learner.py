@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from conduit.contracts import Prioritized
 from conduit.errors import ConduitError
 from conduit.runtime.rllib.plan import ON_POLICY, REPLAY, Plan
 
@@ -160,8 +161,8 @@ class ConduitLearnerMixin:
                 result = super().update(training_data=data, **kwargs)
         else:
             result = super().update(training_data=data, **kwargs)
-        if plan.family == REPLAY:  # before the next fetch is requested: it waits for these to land
-            self._cd_send_priorities(result)
+        if plan.family == REPLAY and isinstance(plan.contract.sampler, Prioritized):
+            self._cd_send_priorities(result)  # before the next fetch is requested: it waits for these to land
         if self._cd_prefetch is not None:
             self._cd_prefetch.request()  # the next batch is fetched while the learner is idle
         if plan.family != REPLAY:
