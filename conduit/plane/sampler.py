@@ -235,21 +235,25 @@ class PrioritizedSampler(_Base):
         self._sum = np.zeros(2 * size, np.float64)
         self._min = np.full(2 * size, np.inf, np.float64)
         self._leaf_id = np.full(size, -1, np.int64)
-        self._free = list(range(size - 1, -1, -1))  # pop() hands out the lowest free leaf first
+        # free leaves as a stack: [0, _nfree) of _free; its top (the end) is the lowest free leaf at first
+        self._free = np.arange(size - 1, -1, -1, dtype=np.int64)
+        self._nfree = size
 
     def _set(self, leaves: np.ndarray, values: np.ndarray) -> None:
         """Leaves take ``values`` (0 for a free leaf); their ancestors are recomputed from children."""
         nodes = leaves + self._size
         self._sum[nodes] = values
         self._min[nodes] = np.where(values > 0, values, np.inf)
-        nodes = np.unique(nodes >> 1)
+        nodes = np.unique(nodes >> 1)  # sorted: a shift keeps it sorted, so each level dedupes neighbours only
         while len(nodes) and nodes[0] >= 1:
             left = nodes << 1
             self._sum[nodes] = self._sum[left] + self._sum[left + 1]
             self._min[nodes] = np.minimum(self._min[left], self._min[left + 1])
             if nodes[0] == 1:
                 break
-            nodes = np.unique(nodes >> 1)
+            nodes = nodes >> 1
+            if len(nodes) > 1:
+                nodes = nodes[np.concatenate(([True], nodes[1:] != nodes[:-1]))]
 
     def _grow(self, need: int) -> None:
         ids = self._leaf_id[self._leaf_id >= 0]
@@ -263,7 +267,9 @@ class PrioritizedSampler(_Base):
         self._place(ids, vals)
 
     def _place(self, ids: np.ndarray, values: np.ndarray) -> None:
-        leaves = np.array([self._free.pop() for _ in range(len(ids))], np.int64)
+        k = len(ids)
+        leaves = self._free[self._nfree - k:self._nfree][::-1].copy()
+        self._nfree -= k
         self._leaf_id[leaves] = ids
         self._slot.update(zip(ids.tolist(), leaves.tolist(), strict=True))
         self._set(leaves, values)
@@ -287,7 +293,9 @@ class PrioritizedSampler(_Base):
             return
         leaves_a = np.asarray(leaves, np.int64)
         self._leaf_id[leaves_a] = -1
-        self._free.extend(sorted(leaves, reverse=True))
+        k = len(leaves_a)
+        self._free[self._nfree:self._nfree + k] = np.sort(leaves_a)[::-1]
+        self._nfree += k
         self._set(leaves_a, np.zeros(len(leaves_a)))
 
     def probabilities(self, ids: Any) -> np.ndarray:
