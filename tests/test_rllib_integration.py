@@ -182,19 +182,29 @@ def test_dqn_replay_from_the_plane(local_ray):
     assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0
 
 
-def test_sac_replay_from_the_plane(local_ray):
+@pytest.mark.parametrize("buffer", ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"])
+def test_sac_replay_from_the_plane(local_ray, buffer):
     from ray.rllib.algorithms.sac import SACConfig
 
     cfg = (SACConfig().environment("Pendulum-v1")
            .env_runners(num_env_runners=1, num_cpus_per_env_runner=0.5)
            .reporting(min_sample_timesteps_per_iteration=60)
-           .training(num_steps_sampled_before_learning_starts=40, train_batch_size_per_learner=16,
-                     replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 1000}))
+           .training(num_steps_sampled_before_learning_starts=40, train_batch_size_per_learner=16))
+    # replaced, not merged: SAC's default holds alpha and beta, which the uniform buffer does not take
+    cfg.replay_buffer_config = {"type": buffer, "capacity": 1000,
+                                **({"alpha": 1.0, "beta": 0.5} if "Prioritized" in buffer else {})}
     results, final = _train(cfg, 1)
     _check_common(results, final, "replay")
     assert final["ingested_samples"] == results[-1]["env_runners"]["num_env_steps_sampled_lifetime"]
     assert final["delivered_samples"] >= 16 * 10
-    assert results[-1]["conduit"]["contract"]["sampler"] == "uniform"  # uniform buffer asked for, and given
+    metrics = results[-1]["conduit"]["metrics"]
+    if "Prioritized" in buffer:  # SAC's loss logs TD errors too: they became priorities
+        assert results[-1]["conduit"]["contract"]["sampler"] == {"kind": "prioritized", "alpha": 1.0, "beta": 0.5}
+        assert metrics["replay_sampler"] == "prioritized" and metrics["priority_updates"] > 0
+    else:  # the uniform buffer asked for, and given; no priority traffic
+        assert results[-1]["conduit"]["contract"]["sampler"] == "uniform"
+        assert metrics["replay_sampler"] == "uniform" and metrics["priority_updates"] == 0
+    assert final["drawn_samples"] == final["delivered_samples"]
     assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0  # rows, not chunks (see DQN)
 
 
