@@ -36,7 +36,8 @@ OPTIONS: dict[str, str] = {
     "params_file": "a tuned-parameter file written by `conduit tune` for that policy",
     "capacities": "bytes of each tier the plane takes, e.g. {'dram0:pageable': '8 GiB'}",
     "topology": "topology of the learner's node (a Topology, YAML path or mapping; default: probe it)",
-    "prefetch_depth": "batches assembled ahead of the learner (default 1; DQN/SAC 2)",
+    "prefetch_depth": "batches assembled ahead of the learner (default 1; DQN/SAC 2 with a uniform buffer, 1 with a "
+                      "prioritized one, so each draw sees the previous update's priorities)",
     "chunk_steps": "PPO: env steps per sub-chunk an EnvRunner streams while it samples",
     "value_pass": "PPO: 'per_chunk' (default: value-function pass as chunks arrive) or 'batch' (stock timing)",
     "max_lag": "APPO/IMPALA: the BoundedStaleness bound in learner updates (default: from the config's queues)",
