@@ -164,4 +164,5 @@ class ReplayTable:
             self.metrics_.update_started(learner, t_asked, build.t_ready, t_handed, [])
             self.metrics_.count("delivered_batches")
             self.metrics_.count("delivered_samples", n)
+            self._maybe_compact()
             return Batch(self, build, upd, dst)
