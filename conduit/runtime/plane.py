@@ -251,6 +251,7 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
                 self._version = state["version"]
                 self._index = dict(state["index"])
                 self.incarnation = state["incarnation"]
+                self._shortfall = dict(state.get("shortfall", {}))
             else:
                 self.auditor = JournaledAuditor(self.contract, caps)
             replay_audit(self.auditor, records)
@@ -300,10 +301,12 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
                 self._index.pop(rec[1], None)
             elif kind == "incarnation":
                 self.incarnation = rec[1]
+            elif kind == "shortfall":
+                self._shortfall = dict(rec[1])
 
     def _state(self) -> dict[str, Any]:
         return {"auditor": self.auditor.state(), "version": self._version, "index": dict(self._index),
-                "incarnation": self.incarnation}
+                "incarnation": self.incarnation, "shortfall": dict(self._shortfall)}
 
     def _compact(self) -> None:
         """Under the lock: the log becomes one snapshot of the plane's recoverable state."""
@@ -370,7 +373,11 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
             for q in self._learners.values():
                 q.next_update = next_update
             if len(self._learners) == 1:  # which learner a lost chunk was routed to is known with one only
-                self._shortfall = dict(plan.shortfall)
+                short = {k: n for k, n in self._shortfall.items() if k >= next_update}  # earlier restarts'
+                for k, n in plan.shortfall.items():
+                    short[k] = short.get(k, 0) + n
+                self._shortfall = short
+                self._record(("shortfall", dict(short)))
         for q in self._learners.values():
             q.model.version = self._version
         self.metrics_.count("restored_chunks", len(restored))
