@@ -95,7 +95,7 @@ def test_dqn_keeps_training_after_the_plane_actor_is_killed(local_ray):
            .training(num_steps_sampled_before_learning_starts=100, train_batch_size_per_learner=16, n_step=3,
                      replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 50000}))
     # a small memory tier: most of the table lives on the NVMe tier, which survives the restart
-    algo = enable(cfg, delivery_timeout=60, capacities={"pageable": "48 KiB", "nvme": "16 MiB"}).build_algo()
+    algo = enable(cfg, delivery_timeout=60, capacities={"pageable": "16 KiB", "nvme": "16 MiB"}).build_algo()
     try:
         results = [algo.train() for _ in range(2)]
         cluster = cluster_of(algo)

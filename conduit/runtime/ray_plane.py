@@ -82,6 +82,7 @@ import numpy as np
 from conduit.contracts import Contract, contract_from_dict
 from conduit.errors import ConduitError, PlaneRestarted, UnknownNameError
 from conduit.runtime.batch import Peek
+from conduit.runtime.records import DeliveryTimeout
 from conduit.runtime.schema import Schema
 from conduit.tuning_file import resolve_params
 
@@ -631,19 +632,25 @@ class PlaneCluster:
         """After a ``RayActorError`` from ``node``'s plane: wait until its actor answers again (a
         restarted one), at most ``restart_timeout`` s or until ``deadline`` (``time.monotonic()``);
         returns its incarnation. A :class:`ConduitError` when the plane does not restart (no
-        ``max_restarts``, restarts used up, or not back in time)."""
+        ``max_restarts``, restarts used up, or not back within ``restart_timeout``); a
+        :class:`~conduit.runtime.plane.DeliveryTimeout` when ``deadline`` comes first (a short poll
+        that may simply ask again)."""
         if not self.max_restarts:
             raise ConduitError(f"the plane actor on node {_short(node)} died, and the plane was started without "
                                "max_restarts: nothing restarts it")
         end = time.monotonic() + self.restart_timeout
-        if deadline is not None:
-            end = min(end, deadline)
+        caller_first = deadline is not None and deadline < end
+        if caller_first:
+            end = deadline
         actor = self.actor(node)
         while True:
             left = end - time.monotonic()
             if left <= 0:
+                if caller_first:  # the caller's own timeout ran out while the plane restarts
+                    raise DeliveryTimeout(f"the plane actor on node {_short(node)} is restarting; the call's timeout "
+                                          "ran out first (ask again)")
                 raise ConduitError(f"the plane actor on node {_short(node)} died and did not answer again within "
-                                   f"{self.restart_timeout:g} s (or the caller's timeout)")
+                                   f"restart_timeout={self.restart_timeout:g} s")
             try:
                 return int(_get(actor.incarnation.remote(), timeout=min(left, 5.0)))
             except ray.exceptions.GetTimeoutError:

@@ -138,6 +138,7 @@ class _Sender:
         self.queue: queue.Queue = queue.Queue(maxsize=MAX_IN_FLIGHT)
         self.in_flight: list[Any] = []
         self.resend: dict[Any, Any] = {}  # unacknowledged ref -> how to send that chunk again
+        self.acks = threading.Lock()  # in_flight/resend: the sending thread and flush() both settle
         self.error: BaseException | None = None
         self.packer: TransitionPacker | None = None  # Replay: n-step windows across sample calls
         self.thread = threading.Thread(target=self._run, name="conduit-sender", daemon=True)
@@ -188,7 +189,18 @@ class _Sender:
         one-step sample call per env step would otherwise be one plane call per step."""
         import queue
 
-        items = [self.queue.get()]
+        while True:  # idle: look at the acknowledgements, so a send lost with a dead plane is sent again now
+            try:
+                items = [self.queue.get(timeout=0.25)]
+                break
+            except queue.Empty:
+                if self.in_flight and self.error is None:
+                    try:
+                        self._settle(leave=MAX_IN_FLIGHT)
+                    except BaseException as exc:  # noqa: BLE001 - raised by the runner's next sample()
+                        log.warning("sending experience to the plane failed: %r (raised by the runner's next "
+                                    "sample())", exc)
+                        self.error = exc
         deadline = time.monotonic() + window
         while window and len(items) < MAX_IN_FLIGHT:
             try:
@@ -220,12 +232,18 @@ class _Sender:
         """Wait until at most ``leave`` chunks are unacknowledged; a refused chunk raises here."""
         import ray
 
-        if len(self.in_flight) > leave:
-            ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight) - leave)
-        elif self.in_flight:
-            ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight), timeout=0)
-        else:
-            return
+        with self.acks:
+            if len(self.in_flight) > leave:
+                ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight) - leave)
+            elif self.in_flight:
+                ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight), timeout=0)
+            else:
+                return
+            self._settled(ready)
+
+    def _settled(self, ready: list) -> None:
+        import ray
+
         for ref in ready:
             payload, kw = self.resend.pop(ref)
             try:

@@ -213,6 +213,8 @@ class ValueStream:
                 except PlaneRestarted:  # the rows streamed so far died with the plane: start batch k again
                     self._restart(version)
                     continue
+                except DeliveryTimeout:  # the plane is restarting: ask again
+                    continue
                 if peek.stop > peek.start:
                     a.incarnation = peek.incarnation
                     self._absorb(a, peek.start, peek.columns, peek.rows, peek.selections, peek.annotations)
