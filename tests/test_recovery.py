@@ -124,7 +124,7 @@ def test_lost_samples_are_counted_never_a_violation():
         aud.ingested(Chunk("b", "p", "n0", 10, 40, 0, 0.0), 0.0)
         aud.placed("a", "host", 40, 0.0)
         aud.placed("b", "nvme", 40, 0.0)
-        aud.delivered(0, [("a", range(0, 4))], 1.0)
+        aud.delivered(0, [("a", range(4))], 1.0)
         n = aud.restarted(2.0, ["a"], keep={"b": "nvme"})
         r = aud.finish(3.0)
         # OnPolicy/BoundedStaleness: the 6 never-delivered samples; Replay: all 10 live ones
