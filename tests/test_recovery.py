@@ -55,7 +55,8 @@ def _drive(aud: Auditor, script: list, t0: float = 0.0) -> None:
         elif kind == "move":
             aud.moved(cid, "host", "nvme", 400, t)
         elif kind == "deliver":
-            aud.delivered(n % 3, [(cid, range(n % 5, 10))], t)
+            idx = range(n % 5, 10) if n % 2 else np.array([n % 10, 9, n % 10])  # whole runs and replay draws
+            aud.delivered(n % 3, [(cid, idx), ("c0", np.arange(n % 3))], t)
         elif kind == "consume":
             aud.consumed(n % 3, t)
         elif kind == "evict":

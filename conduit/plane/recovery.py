@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from conduit.audit import Auditor
 from conduit.errors import ConduitError
 
@@ -173,12 +175,46 @@ class JournaledAuditor(Auditor):
         return aud
 
 
+def _pack_selections(selections: Iterable[tuple[Hashable, Any]]) -> tuple:
+    """A delivery's selections in a compact record: ids, and index arrays as one concatenated array
+    (pickling a replay batch's dozens of small arrays one by one costs several times more)."""
+    ids, kinds, arrays = [], [], []
+    for cid, idx in selections:
+        ids.append(cid)
+        if isinstance(idx, range):
+            kinds.append((idx.start, idx.stop, idx.step))
+        elif isinstance(idx, np.ndarray) and idx.ndim == 1 and idx.dtype.kind in "iu":
+            kinds.append(len(idx))
+            arrays.append(idx)
+        else:
+            kinds.append(("raw", idx))
+    flat = np.concatenate(arrays).astype(np.int64, copy=False) if arrays else np.empty(0, np.int64)
+    return ("packed", ids, kinds, flat)
+
+
+def _unpack_selections(packed: tuple) -> list[tuple[Hashable, Any]]:
+    _, ids, kinds, flat = packed
+    out, pos = [], 0
+    for cid, kind in zip(ids, kinds, strict=True):
+        if isinstance(kind, int):
+            out.append((cid, flat[pos:pos + kind]))
+            pos += kind
+        elif kind[0] == "raw":
+            out.append((cid, kind[1]))
+        else:
+            out.append((cid, range(*kind)))
+    return out
+
+
 def _journaled(name: str) -> Callable:
     base = getattr(Auditor, name)
 
     def method(self: JournaledAuditor, *args: Any, **kwargs: Any) -> Any:
         if self._depth == 0 and self._sink is not None and self._final is None:
-            self._sink(("audit", name, args, kwargs))  # recorded before it applies
+            rec = args
+            if name == "delivered" and len(args) >= 2 and not kwargs:
+                rec = (args[0], _pack_selections(args[1]), *args[2:])
+            self._sink(("audit", name, rec, kwargs))  # recorded before it applies
         self._depth += 1
         try:
             return base(self, *args, **kwargs)
@@ -207,6 +243,8 @@ def replay_audit(auditor: Auditor, records: Iterable[Any]) -> int:
             _, name, args, kwargs = rec
             if name not in _EVENTS:
                 raise ConduitError(f"recovery log: unknown audit event {name!r}")
+            if name == "delivered" and len(args) >= 2 and isinstance(args[1], tuple) and args[1][:1] == ("packed",):
+                args = (args[0], _unpack_selections(args[1]), *args[2:])
             getattr(Auditor, name)(auditor, *args, **kwargs)
             n += 1
     finally:
