@@ -97,12 +97,6 @@ class RecoveryLog:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
         self._fd = os.open(self._journal(gen), flags, 0o600)
 
-    @property
-    def empty(self) -> bool:
-        """Nothing was ever recorded here (a first start, not a restart)."""
-        return not (self.dir / _SNAPSHOT).exists() and not any(
-            p.stat().st_size for p in self.dir.glob("journal.*"))
-
     def append(self, record: Any) -> None:
         """Record one event (one ``write``: it reaches the kernel before this returns)."""
         if self._fd is None:
