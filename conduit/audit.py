@@ -22,6 +22,12 @@ The event vocabulary (:class:`EventKind`) follows a chunk through the plane:
   ``"producer-died"``...). A drop is counted, never a violation; a dropped sample may not be
   delivered afterwards.
 
+* ``lost`` (:meth:`Auditor.lost`) — samples that were still deliverable when the plane holding
+  them failed (its process died; the reason is ``"plane restart"``). Counted in
+  ``lost_samples`` / ``lost_chunks`` by reason, never a violation: the contract was not broken by
+  a decision, the memory holding them is gone. Such samples may not be delivered afterwards.
+  :meth:`Auditor.restarted` counts the restarts and forgets what the dead incarnation's memory held.
+
 Hot paths call the direct methods (:meth:`Auditor.ingested`, :meth:`Auditor.delivered`, ...),
 which allocate no event objects; :meth:`Auditor.observe` accepts a :class:`PlaneEvent` for
 recorded or streamed events.
@@ -190,6 +196,9 @@ class AuditReport:
     finished: bool
     t: float
     drawn_samples: int = 0
+    restarts: int = 0
+    lost_chunks: dict[str, int] | None = None
+    lost_samples: dict[str, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -218,6 +227,9 @@ class AuditReport:
             "finished": self.finished,
             "t": self.t,
             "drawn_samples": self.drawn_samples,
+            "restarts": self.restarts,
+            "lost_chunks": dict(self.lost_chunks or {}),
+            "lost_samples": dict(self.lost_samples or {}),
         }
 
     def summary(self) -> str:
@@ -398,6 +410,9 @@ class Auditor:
         self._delivered_bytes = 0.0
         self._drawn_samples = 0
         self._dropped: dict[str, int] = {}
+        self._lost_chunks: dict[str, int] = {}  # by reason: chunks the plane's failure took
+        self._lost_samples: dict[str, int] = {}  # by reason: their still-deliverable samples
+        self._restarts = 0
         self._updates_consumed = 0
         self._max_consumed: int | None = None
         self._checksums_verified = 0
@@ -881,6 +896,12 @@ class Auditor:
         """The plane discarded samples on purpose (all of the chunk when ``indices`` is None)."""
         self._check_open()
         self._t = t
+        self._drop(chunk_id, reason, indices, self._dropped)
+
+    def _drop(
+        self, chunk_id: Hashable, reason: str, indices: Any, tally: dict[str, int]
+    ) -> int:
+        """Mark samples gone (never deliverable again), counted in ``tally[reason]``; returns how many."""
         st = self._chunks.get(chunk_id)
         if st is None:
             n = 0
@@ -889,10 +910,10 @@ class Auditor:
                     n = selection_size(indices)
                 except ConduitError:
                     n = 0
-            self._dropped[reason] = self._dropped.get(reason, 0) + n
-            return
+            tally[reason] = tally.get(reason, 0) + n
+            return n
         if st.removed:
-            return  # already gone; nothing left to drop
+            return 0  # already gone; nothing left to drop
         steps = st.steps
         if indices is None:
             idx: slice | np.ndarray = slice(0, steps)
@@ -910,8 +931,72 @@ class Auditor:
             now = int(np.count_nonzero(st.dropped))
             newly = now - st.n_dropped
             st.n_dropped = now
-        self._dropped[reason] = self._dropped.get(reason, 0) + newly
+        tally[reason] = tally.get(reason, 0) + newly
         self._live_steps -= newly
+        return newly
+
+    # --- failures ------------------------------------------------------------------------------
+
+    def lost(self, chunk_id: Hashable, t: float, reason: str = "plane restart") -> int:
+        """The memory holding the chunk is gone (its plane failed): its still-deliverable samples
+        are counted in ``lost_samples[reason]`` (the chunk in ``lost_chunks[reason]`` if it had any),
+        never as a violation, and the chunk leaves the plane. Still deliverable means, under OnPolicy
+        and BoundedStaleness, never delivered and never dropped; under Replay, not dropped (a replay
+        sample can be drawn again). Returns the samples counted; 0 for an unknown or retired chunk."""
+        self._check_open()
+        self._t = t
+        st = self._chunks.get(chunk_id)
+        if st is None or st.removed:
+            return 0
+        if self._tracked:
+            mask = st.unused_mask()
+            n = int(np.count_nonzero(mask))
+            if n:
+                indices = None if n == st.steps else np.flatnonzero(mask)
+                n = self._drop(chunk_id, reason, indices, self._lost_samples)
+        else:
+            n = self._drop(chunk_id, reason, None, self._lost_samples)
+        if n:
+            self._lost_chunks[reason] = self._lost_chunks.get(reason, 0) + 1
+        self.evicted(chunk_id, t)
+        return n
+
+    def restarted(self, t: float, lost: Iterable[Hashable], keep: Mapping[Hashable, str],
+                  reason: str = "plane restart") -> int:
+        """The plane's process died and a new one took over: ``lost`` chunks are counted as
+        :meth:`lost`; every byte the auditor had in a tier is gone from it, except the chunks of
+        ``keep`` (chunk id -> the durable tier whose bytes survived and were taken over again).
+        Returns the samples counted lost."""
+        self._check_open()
+        self._t = t
+        self._restarts += 1
+        n = sum(self.lost(cid, t, reason) for cid in list(lost))
+        for cid, tiers in list(self._residency.items()):
+            for tier in list(tiers):
+                if keep.get(cid) != tier:
+                    self.evicted(cid, t, tier)
+        return n
+
+    def live_chunks(self) -> list[tuple[Hashable, int, int, int]]:
+        """``(chunk_id, steps, version, still-deliverable samples)`` of every chunk that has not
+        left the plane, in ingestion order (what a restarted plane must account for)."""
+        out = []
+        for cid, st in self._chunks.items():
+            if st.removed:
+                continue
+            n = st.unused_count() if self._tracked else st.steps - st.n_dropped
+            out.append((cid, st.steps, st.version, n))
+        return out
+
+    @property
+    def last_consumed(self) -> int | None:
+        """The latest update reported consumed (None before the first)."""
+        return self._max_consumed
+
+    @property
+    def replay_counts(self) -> tuple[int, int]:
+        """Replay: cumulative ``(inserted, sampled)`` steps, the rate limiter's counts."""
+        return self._inserted, self._sampled
 
     # --- lost samples --------------------------------------------------------------------------
 
@@ -985,6 +1070,9 @@ class Auditor:
             finished=finished,
             t=self._t,
             drawn_samples=self._drawn_samples,
+            restarts=self._restarts,
+            lost_chunks=dict(self._lost_chunks),
+            lost_samples=dict(self._lost_samples),
         )
 
     def occupancy(self, tier: str) -> int:

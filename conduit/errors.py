@@ -102,3 +102,15 @@ class PlaneFullError(ConduitError, TimeoutError):
     """Backpressure: the plane had no room for a chunk within the caller's timeout.
 
     Nothing was ingested; the caller still owns the chunk and may retry."""
+
+
+class DuplicateChunkError(ConduitError):
+    """A chunk id the plane already has (or had recently): nothing was ingested.
+
+    A producer that resends a chunk after its plane restarted gets this when the first send had
+    been committed before the death: the chunk is accounted for (taken over, or counted lost)."""
+
+
+class PlaneRestarted(ConduitError):
+    """The plane restarted since the caller's last call, and the call depended on state the dead
+    incarnation held (the rows of a batch it had streamed): start the batch again from row 0."""

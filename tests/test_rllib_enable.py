@@ -187,6 +187,9 @@ BAD_OPTIONS = {
     "negative_delivery_timeout": (_ppo, lambda: {"delivery_timeout": -2.5}, "delivery_timeout must be a positive"),
     "bool_delivery_timeout": (_ppo, lambda: {"delivery_timeout": True}, "delivery_timeout must be a positive"),
     "zero_ingest_timeout": (_ppo, lambda: {"ingest_timeout": 0.0}, "ingest_timeout must be a positive"),
+    "bad_max_restarts": (_ppo, lambda: {"max_restarts": -2}, "max_restarts must be an integer >= -1"),
+    "bool_max_restarts": (_ppo, lambda: {"max_restarts": True}, "max_restarts must be an integer >= -1"),
+    "zero_restart_timeout": (_ppo, lambda: {"restart_timeout": 0}, "restart_timeout must be a positive"),
 }
 
 

@@ -11,7 +11,9 @@ backend:
 * :mod:`~conduit.plane.cadence` — the learner cadence model that predicts when each learner will
   next ask for a batch (one rule before there is history);
 * :mod:`~conduit.plane.rules` — the per-contract rules (stale on arrival, which batch a chunk joins,
-  a batch too old to hand over, Replay admission), built on the contract objects.
+  a batch too old to hand over, Replay admission), built on the contract objects;
+* :mod:`~conduit.plane.recovery` — after the plane's process died: the audit's journal, and which
+  chunks a restarted plane takes over from its durable tier and which it counts lost.
 """
 
 from conduit.plane.arbiter import Arbiter, Rejections

@@ -54,6 +54,12 @@ class ChunkLedger:
         if self.auditor is not None:
             self.auditor.placed(chunk_id, tier, int(nbytes), t)
 
+    def restored(self, chunk_id: Hashable, tier: str, nbytes: float) -> None:
+        """A restarted plane took the chunk over where a durable tier still holds its bytes (no
+        event: the recovered audit still has it placed there)."""
+        self._location[chunk_id] = tier
+        self._residents.setdefault(tier, OrderedDict())[chunk_id] = nbytes
+
     def carried(self, chunk_id: Hashable, tier: str) -> None:
         """The chunk's rows were written straight into batches at ``tier`` (the learner's): it is
         located there and resident nowhere (no placement event: the batch's memory is the auditor's

@@ -70,6 +70,26 @@ class ExtentAllocator:
             self._sizes.insert(i, size)
         return size
 
+    def claim(self, offset: int, nbytes: int) -> int:
+        """Allocate exactly ``[offset, offset + size)`` (``size`` = ``nbytes`` rounded up to the
+        alignment), which must be free: how a restarted plane takes over the extents its durable
+        tier's index lists. Returns the size."""
+        size = align_up(max(int(nbytes), 1), self.alignment)
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if offset % self.alignment or i < 0 or self._starts[i] + self._sizes[i] < offset + size:
+            raise CapacityError(f"extent [{offset}, {offset + size}) is not free")
+        start, free = self._starts[i], self._sizes[i]
+        del self._starts[i], self._sizes[i]
+        if offset + size < start + free:
+            self._starts.insert(i, offset + size)
+            self._sizes.insert(i, start + free - offset - size)
+        if offset > start:
+            self._starts.insert(i, start)
+            self._sizes.insert(i, offset - start)
+        self._live[offset] = size
+        self.used += size
+        return size
+
     def size_of(self, offset: int) -> int:
         return self._live[offset]
 

@@ -80,6 +80,7 @@ class Assembly:
             versions = {c.meta.policy_version for c in q.pending if c.remaining}
             if arriving is not None:
                 versions.add(arriving)
+            versions.update(self._shortfall)  # a restart left these batches short: open them even if nothing comes
             keys = [k for k in sorted(versions - q.opened) if k >= q.next_update]
         else:
             has_rows = arriving is not None or any(c.remaining for c in q.pending)
@@ -96,7 +97,9 @@ class Assembly:
             if extent is None:
                 self.metrics_.count("batch_alloc_waits")
                 return
-            build = BatchBuild(q.model.id, key, extent, self.batch_steps)
+            # OnPolicy after a restart: batch k is short by the version-k samples the restart lost
+            rows = max(0, self.batch_steps - self._shortfall.get(key, 0)) if self.rules.by_version else self.batch_steps
+            build = BatchBuild(q.model.id, key, extent, rows)
             build.id = ("batch", q.model.id, next(self._ids))
             self.auditor.placed(build.id, q.tier.id, extent.nbytes, time.time())
             q.builds[key] = build
@@ -104,6 +107,11 @@ class Assembly:
                 q.opened.add(key)
             else:
                 q.seq += 1
+            if rows == 0:  # everything of it was lost: an empty batch, ready now
+                build.t_ready = time.time()
+                q.builds.pop(key, None)
+                q.ready.append(build)
+                self._cond.notify_all()
 
     def _drop_stale(self, q: _Learner) -> None:
         for c in list(q.pending):
@@ -273,6 +281,7 @@ class Assembly:
         return n * step_bytes
 
     def _free_extent(self, c: _Chunk) -> None:
+        self._durable_removed(c, c.extent)
         c.extent.free()
         c.extent = None
         self.ledger.vacated(c.meta.id, time.time(), self._learners[c.learner].tier.id if c.learner else None)
@@ -539,6 +548,7 @@ class Assembly:
                         self._maybe_retire(c)  # its extent goes now; it leaves once its batches are released
                 q.next_update = max(q.next_update, update + 1)
                 q.opened = {k for k in q.opened if k >= q.next_update}
+                self._shortfall = {k: n for k, n in self._shortfall.items() if k >= q.next_update}
                 done = self._released.setdefault(update, set())
                 done.add(q.model.id)
                 if len(done) == len(self._learners):  # update k = every learner's batch k
@@ -550,6 +560,7 @@ class Assembly:
                     self._maybe_retire(c)
             self._cond.notify_all()
             self._pump()
+            self._maybe_compact()
 
     def batches(self, learner: str | None = None, *, timeout: float | None = None,
                 count: int | None = None) -> Iterator[Batch]:

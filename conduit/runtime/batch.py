@@ -220,6 +220,7 @@ class Peek:
     annotations: dict[Hashable, Any]
     complete: bool
     rows: int
+    incarnation: int = 0  # through a plane actor: which incarnation of the plane answered
 
     @property
     def steps(self) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from conduit.chunk import Chunk, checksum_bytes
-from conduit.errors import CapacityError, ConduitError, PlaneFullError, UnknownNameError
+from conduit.errors import CapacityError, ConduitError, DuplicateChunkError, PlaneFullError, UnknownNameError
 from conduit.policy import ChunkInfo, Move
 from conduit.runtime.batch import BatchBuild
 from conduit.runtime.records import (
@@ -93,8 +93,8 @@ class Ingestion:
             elif chunk_id in self._chunks or chunk_id in self._admitting or self.auditor.knows(chunk_id):
                 # ids are unique: one in the plane, or one that left it but the auditor still
                 # remembers (the last RETIRED_WINDOW), is refused here rather than audited as a duplicate
-                raise ConduitError(f"chunk {chunk_id!r}: a chunk with this id is already in the plane (or left "
-                                   "it recently); chunk ids must be unique")
+                raise DuplicateChunkError(f"chunk {chunk_id!r}: a chunk with this id is already in the plane (or "
+                                          "left it recently); chunk ids must be unique")
             self._admitting.add(chunk_id)  # the id is this call's until it commits or fails
         adm: _Admission | None = None
         try:
@@ -167,6 +167,7 @@ class Ingestion:
                             cuda=dst_tier.medium.device_side)
         with self._cond:
             self._commit(adm, tier)
+            self._maybe_compact()
 
     def _commit_stale(self, c: _Chunk) -> None:
         """Under the lock: a chunk too old for its learner on arrival is ingested and dropped at once."""
@@ -205,6 +206,7 @@ class Ingestion:
                 self._filled(build, adm.start, meta.steps)
             self._pump()
             return
+        self._durable_added(c)
         self.ledger.placed(meta.id, tier, c.extent.nbytes, now)
         if self.rules.tabled:
             self._inserting -= adm.table_steps
@@ -312,8 +314,10 @@ class Ingestion:
             self._last_spill_error = f"spill of chunk {move.chunk_id!r} to {dst.id} failed: {exc!r}"
             log.warning("%s; the chunk stays in %s, intact", self._last_spill_error, tier.id)
             return
-        old.free()
         c.extent = new
+        self._durable_added(c)
+        self._durable_removed(c, old)
+        old.free()
         self.ledger.moved(c.meta.id, dst.id, new.nbytes, time.time())
         self.metrics_.count("spilled_chunks")
         self.metrics_.count("spilled_bytes", nbytes)

@@ -131,8 +131,12 @@ def build_tiers(
     capacities: Mapping[str, Any] | None = None,
     spill_dir: str | os.PathLike | None = None,
     shared: bool = False,
+    durable_dir: str | os.PathLike | None = None,
 ) -> MachineTiers:
-    """Allocate the node's tiers. ``learner_devices`` are ``"cpu"`` or ``"cuda:N"`` strings."""
+    """Allocate the node's tiers. ``learner_devices`` are ``"cpu"`` or ``"cuda:N"`` strings.
+
+    With ``durable_dir``, each NVMe tier's spill file is ``<durable_dir>/<tier id>.spill`` and is
+    mapped again as it is when it exists (a restarted plane; see :mod:`conduit.plane.recovery`)."""
     capacities = dict(capacities or {})
     node = node or (topology.nodes[0] if topology.nodes else "node0")
     if node not in topology.nodes:
@@ -176,7 +180,8 @@ def build_tiers(
             elif t.kind is TierKind.PAGEABLE:
                 medium = HostMedium(_capacity_for(t.id, kind, capacities, t.capacity))
             else:
-                medium = MemmapMedium(_capacity_for(t.id, kind, capacities, t.capacity), spill_dir)
+                path = Path(durable_dir) / f"{t.id.replace(':', '.')}.spill" if durable_dir is not None else None
+                medium = MemmapMedium(_capacity_for(t.id, kind, capacities, t.capacity), spill_dir, path=path)
             tiers[t.id] = RuntimeTier(t.id, t.kind, node, t.device, medium, schema,
                                       t.read_bandwidth, t.write_bandwidth)
         if shared:

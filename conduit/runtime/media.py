@@ -130,19 +130,34 @@ class SharedMedium(HostMedium):
 
 
 class MemmapMedium(HostMedium):
-    """A spill file on local disk, mapped into memory; the file is removed on close."""
+    """A spill file on local disk, mapped into memory; the file is removed on close.
+
+    With ``path`` the file has that fixed name and is **durable**: an existing file of the same size
+    is mapped again as it is (its bytes are those a previous, dead process of the plane left there;
+    see :mod:`conduit.plane.recovery`), and ``close(keep=True)`` leaves it in place.
+    """
 
     name = "memmap"
 
-    def __init__(self, capacity: int, directory: str | os.PathLike | None = None):
+    def __init__(self, capacity: int, directory: str | os.PathLike | None = None,
+                 path: str | os.PathLike | None = None):
         Medium.__init__(self, capacity)
-        directory = Path(directory) if directory is not None else Path(tempfile.gettempdir())
-        if not directory.is_dir():
-            raise ConduitError(f"spill directory {directory} does not exist")
-        fd, path = tempfile.mkstemp(prefix="conduit-spill-", suffix=".bin", dir=directory)
-        os.close(fd)
-        self.path = Path(path)
-        self.buffer = np.memmap(self.path, dtype=np.uint8, mode="w+", shape=(self.capacity,))
+        self.reopened = False
+        if path is not None:
+            self.path = Path(path)
+            if not self.path.parent.is_dir():
+                raise ConduitError(f"spill directory {self.path.parent} does not exist")
+            self.reopened = self.path.exists() and self.path.stat().st_size == self.capacity
+            mode = "r+" if self.reopened else "w+"
+        else:
+            directory = Path(directory) if directory is not None else Path(tempfile.gettempdir())
+            if not directory.is_dir():
+                raise ConduitError(f"spill directory {directory} does not exist")
+            fd, name = tempfile.mkstemp(prefix="conduit-spill-", suffix=".bin", dir=directory)
+            os.close(fd)
+            self.path = Path(name)
+            mode = "w+"
+        self.buffer = np.memmap(self.path, dtype=np.uint8, mode=mode, shape=(self.capacity,))
 
     def close(self) -> None:
         buf = self.buffer

@@ -62,13 +62,26 @@ with the same id is a first ingest. Memory is freed only when nothing still copi
 a batch released or discarded while copies run is freed by the last of them, a chunk's extent once no
 copy reads it, and :meth:`ExperiencePlane.close` waits for every copy before it frees anything.
 
+**Recovery.** With ``recovery_dir`` the plane survives the death of its process: the auditor's
+events, the policy version and the index of the NVMe tier's spill file (which chunk's bytes are
+where) are recorded in a :class:`~conduit.plane.recovery.RecoveryLog` in that directory before they
+take effect, and the spill file has a fixed name there. A plane started on a directory a dead plane
+left behind continues its audit; takes over the chunks the spill file still holds (the plane core's
+:func:`~conduit.plane.recovery.plan_recovery` decides which); counts every other chunk that was
+still in the plane as lost (``lost_samples["plane restart"]`` in the audit: memory tiers, batches
+being assembled), never as a violation; restores the Replay rate limiter's counts; and, under
+OnPolicy, assembles each not-yet-trained batch short by the samples of its version that were lost.
+:attr:`ExperiencePlane.incarnation` counts the restarts.
+
 **Timeouts.** Every blocking call (``ingest``, ``next_batch``, ``peek``) waits at most its timeout,
 wakes up when the plane is closed, and takes ``None`` for "until close()"; a timeout that is negative,
 infinite or NaN is refused at once with a :class:`~conduit.errors.ConduitError` naming the argument.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
 import threading
 import time
@@ -82,6 +95,7 @@ from conduit.audit import Auditor, AuditReport
 from conduit.contracts import Contract, contract_from_dict
 from conduit.errors import CapacityError, ConduitError, PlaneFullError
 from conduit.plane import Arbiter, ChunkLedger, Rejections, rules_for
+from conduit.plane.recovery import REASON, DurableChunk, JournaledAuditor, RecoveryLog, plan_recovery, replay_audit
 from conduit.plane.sampler import make_sampler
 from conduit.policy import Policy
 from conduit.registry import create_policy
@@ -101,6 +115,8 @@ from conduit.topology.model import TierKind, Topology
 from conduit.tuning_file import resolve_params
 
 __all__ = ["DeliveryTimeout", "ExperiencePlane"]
+
+log = logging.getLogger(__name__)  # conduit.runtime.plane
 
 
 def _check_path_settings(policy: Policy) -> None:
@@ -125,7 +141,9 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
     ``params_file`` written by ``conduit tune``. ``learners`` maps learner ids to their device
     (``"cpu"`` or ``"cuda:N"``; a list of ids means all on CPU). ``batch_steps`` is the number of
     samples per delivered batch. ``topology`` (default: a probe of this machine) and ``node`` say
-    which tiers exist; ``capacities`` how much of each the plane takes.
+    which tiers exist; ``capacities`` how much of each the plane takes. ``recovery_dir`` makes the
+    plane recoverable (see *Recovery* in the module doc); the log is compacted into a snapshot every
+    ``snapshot_every`` records.
     """
 
     def __init__(
@@ -147,6 +165,8 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
         verify_checksums: bool = False,
         copy_workers: int = 2,
         seed: int | None = None,
+        recovery_dir: str | os.PathLike | None = None,
+        snapshot_every: int = 20000,
     ):
         self.schema = Schema.of(schema)
         self.contract = _as_contract(contract)
@@ -167,9 +187,16 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
             learners = dict.fromkeys(learners, "cpu")
         if not learners:
             raise ConduitError("a plane needs at least one learner")
+        self._log: RecoveryLog | None = None
+        self._snapshot_every = int(snapshot_every)
+        state: dict[str, Any] | None = None
+        records: list[Any] = []
+        if recovery_dir is not None:
+            self._log = RecoveryLog(recovery_dir)
+            state, records = self._log.load()
         self._machine: MachineTiers = build_tiers(
             self.topology, self.schema, node=node, learner_devices=tuple(sorted(set(learners.values()))),
-            capacities=capacities, spill_dir=spill_dir)
+            capacities=capacities, spill_dir=spill_dir, durable_dir=recovery_dir)
         self.node = self._machine.node
         self.tiers: dict[str, RuntimeTier] = self._machine.tiers
         self.unavailable: dict[str, str] = dict(self._machine.unavailable)
@@ -217,7 +244,29 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
         self.engine = TransferEngine(self.estimator, workers=copy_workers)
         self.metrics_ = PlaneMetrics()
         caps = {t.id: t.capacity for t in self.tiers.values()}
-        self.auditor = Auditor(self.contract, caps)
+        # recovery: the durable tiers (their spill files outlive the process), the durable index,
+        # OnPolicy batches a restart left short (version -> samples lost)
+        self._durable = {t.id for t in self.tiers.values() if self._log is not None and t.kind is TierKind.NVME}
+        self._index: dict[Hashable, DurableChunk] = {}
+        self._shortfall: dict[int, int] = {}
+        self.incarnation = 0
+        restarting = state is not None or bool(records)
+        if self._log is None:
+            self.auditor = Auditor(self.contract, caps)
+        else:
+            if state is not None:
+                self.auditor = JournaledAuditor.from_state(state["auditor"])
+                self._version = state["version"]
+                self._index = dict(state["index"])
+                self.incarnation = state["incarnation"]
+                self._shortfall = dict(state.get("shortfall", {}))
+            else:
+                self.auditor = JournaledAuditor(self.contract, caps)
+            replay_audit(self.auditor, records)
+            self._apply_records(records)
+            if restarting:
+                self.incarnation += 1
+            self.auditor.attach(self._record)
         self.ledger = ChunkLedger(self.tiers, self.auditor)
         self.rejections = Rejections()
         self.arbiter = Arbiter(self.policy, self.rejections)
@@ -234,6 +283,117 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
                     f"the learner tier {tier.id} ({tier.capacity} B); raise capacities[{tier.id!r}]")
         self.view = RuntimeClusterView(self.topology, self.tiers, {k: v.model for k, v in self._learners.items()},
                                        self.estimator, self.ledger, lambda: self._version)
+        if self._log is not None:
+            with self._cond:
+                if restarting:
+                    self._recover()
+                else:
+                    self._record(("incarnation", 0))
+                self._compact()
+
+    # ---------------------------------------------------------------------------- recovery
+    def _record(self, record: Any) -> None:
+        """Under the lock: one record in the recovery log (before what it records takes effect)."""
+        if self._log is not None:
+            self._log.append(record)
+
+    def _apply_records(self, records: list[Any]) -> None:
+        """The plane's own records (the auditor's are replayed by the auditor)."""
+        for rec in records:
+            kind = rec[0]
+            if kind == "version":
+                self._version = rec[1]
+            elif kind == "durable+":
+                self._index[rec[1].chunk_id] = rec[1]
+            elif kind == "durable-":
+                self._index.pop(rec[1], None)
+            elif kind == "incarnation":
+                self.incarnation = rec[1]
+            elif kind == "shortfall":
+                self._shortfall = dict(rec[1])
+
+    def _state(self) -> dict[str, Any]:
+        return {"auditor": self.auditor.state(), "version": self._version, "index": dict(self._index),
+                "incarnation": self.incarnation, "shortfall": dict(self._shortfall)}
+
+    def _compact(self) -> None:
+        """Under the lock: the log becomes one snapshot of the plane's recoverable state."""
+        if self._log is not None and not self._finished:
+            self._log.compact(self._state())
+
+    def _maybe_compact(self) -> None:
+        """Under the lock, after an event took effect: compact once the journal is long enough."""
+        if self._log is not None and self._log.records_since_snapshot >= self._snapshot_every:
+            self._compact()
+
+    def _durable_added(self, c: _Chunk) -> None:
+        """Under the lock: the chunk's bytes landed in ``c.extent``; index them if that tier is durable."""
+        ext = c.extent
+        if ext is not None and ext.tier.id in self._durable:
+            entry = DurableChunk(c.meta.id, ext.tier.id, ext.offset, c.meta.steps,
+                                 (c.meta, c.learner, c.annotation))
+            self._record(("durable+", entry))
+            self._index[c.meta.id] = entry
+
+    def _durable_removed(self, c: _Chunk, extent: Any) -> None:
+        """Under the lock, before ``extent`` is freed: the chunk's bytes there are no longer indexed."""
+        if extent is not None and extent.tier.id in self._durable and c.meta.id in self._index:
+            self._record(("durable-", c.meta.id))
+            del self._index[c.meta.id]
+
+    def _recover(self) -> None:
+        """Under the lock, in a plane started on a dead plane's log: take over what the durable tiers
+        hold, count the rest as lost, restore the counters the contract's rules depend on."""
+        now = time.time()
+        self._record(("incarnation", self.incarnation))
+        last = self.auditor.last_consumed
+        next_update = 0 if last is None else last + 1
+        plan = plan_recovery(self.auditor.live_chunks(), self._index, whole_only=not self.rules.tabled,
+                             by_version=self.rules.by_version, next_update=next_update)
+        restored: list[DurableChunk] = []
+        for entry in plan.restore:
+            try:
+                extent = self.tiers[entry.tier].claim(entry.offset, entry.steps)
+            except (CapacityError, KeyError) as exc:  # an index the tier cannot honour: the chunk is lost
+                log.warning("recovery: chunk %r cannot be taken over from %s: %s", entry.chunk_id, entry.tier, exc)
+                plan.lost.append(entry.chunk_id)
+                continue
+            meta, learner, annotation = entry.extra
+            c = _Chunk(meta, None if self.rules.tabled else learner, extent, annotation=annotation)
+            self._chunks[meta.id] = c
+            self.ledger.restored(meta.id, entry.tier, extent.nbytes)
+            if self.rules.tabled:  # new sample ids, live in the sampler again (priorities start afresh)
+                self._insert_replay(c)
+                self._table_steps += meta.steps
+            else:
+                self._learners[c.learner or next(iter(self._learners))].pending.append(c)
+            restored.append(entry)
+        keep = {e.chunk_id: e.tier for e in restored}
+        lost = self.auditor.restarted(now, plan.lost, keep, REASON)
+        for cid in [cid for cid in self._index if cid not in keep]:
+            self._record(("durable-", cid))
+            del self._index[cid]
+        if self.rules.tabled:  # the limiter goes on from the counts the audit has (what really happened)
+            self._inserted, self._sampled = self.auditor.replay_counts
+            self._delivered = self._sampled
+            self._table_snapshot = None
+        if self.rules.by_version:
+            for q in self._learners.values():
+                q.next_update = next_update
+            if len(self._learners) == 1:  # which learner a lost chunk was routed to is known with one only
+                short = {k: n for k, n in self._shortfall.items() if k >= next_update}  # earlier restarts'
+                for k, n in plan.shortfall.items():
+                    short[k] = short.get(k, 0) + n
+                self._shortfall = short
+                self._record(("shortfall", dict(short)))
+        for q in self._learners.values():
+            q.model.version = self._version
+        self.metrics_.count("restored_chunks", len(restored))
+        self.metrics_.count("restored_samples", sum(e.steps for e in restored))
+        self.metrics_.count("lost_chunks", len(plan.lost))
+        self.metrics_.count("lost_samples", lost)
+        log.warning("plane restarted (incarnation %d): %d chunks taken over from durable tiers, %d chunks "
+                    "(%d samples) lost", self.incarnation, len(restored), len(plan.lost), lost)
 
     # ---------------------------------------------------------------------------- set-up
     def _cpu_of(self, node: str) -> str | None:
@@ -268,6 +428,8 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
     def set_policy_version(self, version: int) -> None:
         """The learners' weights are now ``version`` (producers sample with it from now on)."""
         with self._cond:
+            if self._log is not None and int(version) != self._version:
+                self._record(("version", int(version)))
             self._version = int(version)
             for q in self._learners.values():
                 q.model.version = self._version
@@ -316,6 +478,9 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
             if self._sampler is not None:
                 out["replay_sampler"] = self._sampler.name
                 out.update(self._sampler.counters())
+            out["incarnation"] = self.incarnation
+            if self.rules.tabled:
+                out["table_steps"] = self._table_steps
             return out
 
     def close(self, timeout: float = 30.0) -> AuditReport:
@@ -360,6 +525,10 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
             ring.close()
         if quiet:
             self._machine.close()
+        if self._log is not None:  # a clean close: nothing to recover from
+            self._log.close(remove=True)
+            with contextlib.suppress(OSError):
+                self._log.dir.rmdir()
         return report
 
     def _free_all(self, builds: list[BatchBuild]) -> None:

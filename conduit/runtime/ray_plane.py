@@ -41,6 +41,20 @@ and peeks that carry the chunk's rows.
 with ``k`` the node's index in :attr:`PlaneCluster.nodes` and ``seq`` that plane's counter. An
 explicit ``chunk_id`` is checked for duplicates on its node only.
 
+**Restarts.** With ``max_restarts`` (:meth:`PlaneCluster.start`) Ray restarts a plane actor whose
+process died, on the same node (hard affinity), and the new process builds its plane on the recovery
+directory the dead one left (``<tmp>/conduit-plane-<cluster>-n<k>`` on that node): see *Recovery*
+in :mod:`conduit.runtime.plane`. Ray restarts rather than a supervisor of Conduit's own: the actor
+keeps its handle, so every copy of this :class:`PlaneCluster` (in EnvRunners, learners, the
+driver) reaches the new incarnation without being handed anything; and Ray's control plane, not a
+polling thread, notices the death. A call that was running in the dead process fails with Ray's
+``RayActorError``; every :class:`PlaneCluster` method catches it, waits (up to
+``restart_timeout``) until the actor answers again and repeats the call, at most ``max_restarts +
+1`` times in all, within the call's own timeout. Replies say which incarnation answered
+(``RemoteBatch.incarnation``, ``Peek.incarnation``); a streaming reader passes the incarnation it
+streamed from to ``peek``/``next_batch`` and gets :class:`~conduit.errors.PlaneRestarted`, with
+nothing delivered, when the rows it holds came from a dead incarnation.
+
 **Errors.** Conduit errors raised inside an actor reach the caller as the same class with the same
 message (the remote traceback is attached as a note), so ``except PlaneFullError`` works across
 nodes.
@@ -53,9 +67,11 @@ import functools
 import itertools
 import os
 import pickle
+import tempfile
 import threading
 import time
 import traceback
+import uuid
 import zlib
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
@@ -64,8 +80,9 @@ from typing import Any, Self
 import numpy as np
 
 from conduit.contracts import Contract, contract_from_dict
-from conduit.errors import ConduitError, UnknownNameError
+from conduit.errors import ConduitError, PlaneRestarted, UnknownNameError
 from conduit.runtime.batch import Peek
+from conduit.runtime.records import DeliveryTimeout
 from conduit.runtime.schema import Schema
 from conduit.tuning_file import resolve_params
 
@@ -188,6 +205,7 @@ class RemoteBatch:
     row_offset: int = 0
     replay_ids: np.ndarray | None = None  # Replay: every row's sampler id (whole batch), for update_priorities
     weights: np.ndarray | None = None  # Replay: every row's importance weight (whole batch)
+    incarnation: int = 0
 
     def sample_ids(self) -> list[tuple[Hashable, int]]:
         """Every sample of the batch, in row order (from row 0, whatever ``row_offset``)."""
@@ -222,9 +240,12 @@ class _PlaneActor:
 
     def __init__(self, *, index: int, schema: Mapping[str, Any], contract: Mapping[str, Any], batch_steps: int,
                  learners: Mapping[str, str], policy: Any = "conduit", params: Mapping[str, Any] | None = None,
-                 capacities: Mapping[str, Any] | None = None, **plane_kwargs: Any):
+                 capacities: Mapping[str, Any] | None = None, recovery: str | None = None, **plane_kwargs: Any):
         from conduit.runtime.plane import ExperiencePlane
 
+        if recovery is not None and plane_kwargs.get("recovery_dir") is None:  # on this node's disk
+            plane_kwargs["recovery_dir"] = os.path.join(tempfile.gettempdir(), recovery)
+        self._incarnation = 0
         self._node_id = ray.get_runtime_context().get_node_id()
         self._index = int(index)
         self._learner_ids = sorted(learners)
@@ -239,6 +260,7 @@ class _PlaneActor:
             self._plane = ExperiencePlane(
                 _schema(schema), contract_from_dict(contract), batch_steps=batch_steps, policy=policy,
                 params=params, learners=dict(learners), capacities=capacities, **plane_kwargs)
+            self._incarnation = self._plane.incarnation
         except BaseException as exc:  # noqa: BLE001 - reported by ready(), where the caller sees it
             self._init_error = exc
 
@@ -260,6 +282,21 @@ class _PlaneActor:
     @_method(concurrency_group="control")
     def node_id(self) -> str:
         return self._node_id
+
+    @_method(concurrency_group="control")
+    def incarnation(self) -> int:
+        """0 for the first process of this plane, then one more per restart."""
+        return self._incarnation
+
+    @_method(concurrency_group="control")
+    def pid(self) -> int:
+        """The actor's process id (tests kill it to check recovery)."""
+        return os.getpid()
+
+    def _expect(self, incarnation: int | None) -> None:
+        if incarnation is not None and incarnation != self._incarnation:
+            raise PlaneRestarted(f"the plane on node {self._node_id} restarted (incarnation {incarnation} -> "
+                                 f"{self._incarnation}): rows streamed from the old one are gone")
 
     @_portable
     @_method(concurrency_group="ingest")
@@ -284,10 +321,12 @@ class _PlaneActor:
     @_portable
     @_method(concurrency_group="deliver")
     def next_batch(self, learner: str | None = None, update: int | None = None,
-                   timeout: float | None = None, from_row: int = 0) -> RemoteBatch:
+                   timeout: float | None = None, from_row: int = 0, incarnation: int | None = None) -> RemoteBatch:
         """The learner's next batch, copied out of the plane (which then releases it); only rows
-        ``[from_row:]`` are copied (the learner peeked the others), the rest describes the whole batch."""
+        ``[from_row:]`` are copied (the learner peeked the others), the rest describes the whole batch.
+        With ``incarnation``, refused (:class:`PlaneRestarted`, nothing delivered) by another one."""
         plane = self._live()
+        self._expect(incarnation)
         if isinstance(from_row, bool) or not isinstance(from_row, int | np.integer) or \
                 not 0 <= from_row <= plane.batch_steps:
             raise ConduitError(f"next_batch: from_row must be a row in [0, {plane.batch_steps}], got {from_row!r}")
@@ -298,18 +337,22 @@ class _PlaneActor:
                                {k: _host_copy(v[from_row:]) for k, v in batch.columns.items()},
                                list(batch.selections), list(batch.versions), self._node_id, batch.t_ready,
                                annotations=dict(batch.annotations), row_offset=from_row,
-                               replay_ids=batch.replay_ids, weights=batch.weights)
+                               replay_ids=batch.replay_ids, weights=batch.weights,
+                               incarnation=self._incarnation)
         finally:
             batch.release()
 
     @_portable
     @_method(concurrency_group="deliver")
     def peek(self, learner: str | None = None, update: int | None = None, start: int = 0,
-             timeout: float | None = None) -> Peek:
+             timeout: float | None = None, incarnation: int | None = None) -> Peek:
         """The rows of the learner's next batch that have landed from ``start`` on, copied to host memory
         (see :meth:`ExperiencePlane.peek <conduit.runtime.plane.ExperiencePlane.peek>`)."""
-        got = self._live()._peek(learner, update, start, timeout, copy=_host_copy)
-        return replace(got, selections=list(got.selections), annotations=dict(got.annotations))
+        plane = self._live()
+        self._expect(incarnation)
+        got = plane._peek(learner, update, start, timeout, copy=_host_copy)
+        return replace(got, selections=list(got.selections), annotations=dict(got.annotations),
+                       incarnation=self._incarnation)
 
     @_portable
     @_method(concurrency_group="control")
@@ -419,9 +462,15 @@ def merge_audits(per_node: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
               "delivered_bytes", "unused_resident_samples", "checksums_verified", "out_of_band_events", "drawn_samples")
     for k in summed:
         out[k] = 0
+    out["restarts"] = 0
+    out["lost_chunks"], out["lost_samples"] = {}, {}
     for node, r in per_node.items():
         if r is None:
             continue
+        out["restarts"] += int(r.get("restarts", 0))
+        for key in ("lost_chunks", "lost_samples"):
+            for reason, n in (r.get(key) or {}).items():
+                out[key][reason] = out[key].get(reason, 0) + n
         out["violations"] += int(r["violations"])
         for k in summed:
             out[k] += r.get(k, 0)
@@ -448,7 +497,10 @@ class PlaneCluster:
     """
 
     def __init__(self, actors: Mapping[str, Any], learners: Mapping[str, str], *, schema: Schema,
-                 contract: Contract, batch_steps: int, inline_bytes: int = 0):
+                 contract: Contract, batch_steps: int, inline_bytes: int = 0, max_restarts: int = 0,
+                 restart_timeout: float = 120.0):
+        self.max_restarts = int(max_restarts)
+        self.restart_timeout = float(restart_timeout)
         self._actors = dict(actors)
         self._learners = dict(learners)
         self.schema = schema
@@ -477,6 +529,8 @@ class PlaneCluster:
         concurrency: Mapping[str, int] | None = None,
         inline_bytes: int = 0,
         ready_timeout: float = 120.0,
+        max_restarts: int = 0,
+        restart_timeout: float = 120.0,
         **plane_kwargs: Any,
     ) -> PlaneCluster:
         """Start one plane actor on every node that hosts learners; returns the handle.
@@ -491,6 +545,9 @@ class PlaneCluster:
         ``num_cpus=0``: the plane's copies run on threads and reserve no CPU); ``concurrency``
         sizes the actor's thread groups (:data:`CONCURRENCY`). Chunks of fewer than
         ``inline_bytes`` bytes travel inside the call rather than through ``ray.put``.
+        ``max_restarts`` (-1: no limit) lets Ray restart a plane actor whose process died; the plane
+        then keeps a recovery log on its node, and callers wait up to ``restart_timeout`` seconds
+        for the restarted actor (see *Restarts* in the module doc).
         """
         ray_ = _require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -515,7 +572,10 @@ class PlaneCluster:
                 raise UnknownNameError("learner (in devices)", lid, list(placed))
         name = policy if isinstance(policy, str) else getattr(policy, "name", None)
         values = resolve_params(name, dict(params or {}), params_file)
-        options = {"num_cpus": 0, "max_restarts": 0, **dict(actor_options or {})}
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+            raise ConduitError(f"max_restarts must be an int >= -1 (-1: no limit), got {max_restarts!r}")
+        options = {"num_cpus": 0, "max_restarts": max_restarts, **dict(actor_options or {})}
+        tag = uuid.uuid4().hex[:12]
         groups = {**CONCURRENCY, **dict(concurrency or {})}
         busiest = max(sum(1 for n in placed.values() if n == node) for node in set(placed.values()))
         # every learner may block in next_batch and in peek at once
@@ -531,6 +591,7 @@ class PlaneCluster:
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False), **options,
                 ).remote(index=k, schema=schema.to_dict(), contract=contract.to_dict(), batch_steps=batch_steps,
                          learners=local, policy=policy, params=values, capacities=dict(capacities or {}),
+                         recovery=f"conduit-plane-{tag}-n{k}" if options["max_restarts"] else None,
                          **plane_kwargs)
             try:
                 got = _get([a.ready.remote() for a in actors.values()], timeout=ready_timeout)
@@ -547,7 +608,7 @@ class PlaneCluster:
             _stop(actors.values(), timeout=10.0)  # planes that did start free their memory and spill files
             raise
         return cls(actors, placed, schema=schema, contract=contract, batch_steps=batch_steps,
-                   inline_bytes=inline_bytes)
+                   inline_bytes=inline_bytes, max_restarts=options["max_restarts"], restart_timeout=restart_timeout)
 
     # ----------------------------------------------------------------------------- lookup
     @property
@@ -574,6 +635,61 @@ class PlaneCluster:
     def _check_live(self) -> None:
         if self._final is not None:
             raise ConduitError("the plane cluster was shut down")
+
+    # ----------------------------------------------------------------------------- restarts
+    def await_restart(self, node: str, deadline: float | None = None) -> int:
+        """After a ``RayActorError`` from ``node``'s plane: wait until its actor answers again (a
+        restarted one), at most ``restart_timeout`` s or until ``deadline`` (``time.monotonic()``);
+        returns its incarnation. A :class:`ConduitError` when the plane does not restart (no
+        ``max_restarts``, restarts used up, or not back within ``restart_timeout``); a
+        :class:`~conduit.runtime.plane.DeliveryTimeout` when ``deadline`` comes first (a short poll
+        that may simply ask again)."""
+        if not self.max_restarts:
+            raise ConduitError(f"the plane actor on node {_short(node)} died, and the plane was started without "
+                               "max_restarts: nothing restarts it")
+        end = time.monotonic() + self.restart_timeout
+        caller_first = deadline is not None and deadline < end
+        if caller_first:
+            end = deadline
+        actor = self.actor(node)
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                if caller_first:  # the caller's own timeout ran out while the plane restarts
+                    raise DeliveryTimeout(f"the plane actor on node {_short(node)} is restarting; the call's timeout "
+                                          "ran out first (ask again)")
+                raise ConduitError(f"the plane actor on node {_short(node)} died and did not answer again within "
+                                   f"restart_timeout={self.restart_timeout:g} s")
+            try:
+                return int(_get(actor.incarnation.remote(), timeout=min(left, 5.0)))
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except ray.exceptions.ActorDiedError as exc:  # (a call to a restarting actor waits for it instead)
+                raise ConduitError(f"the plane actor on node {_short(node)} died for good (its restarts are used "
+                                   f"up, or it was killed without restart): {exc}") from None
+            except ray.exceptions.RayActorError:  # unavailable while it restarts
+                time.sleep(min(0.2, max(0.0, left)))
+
+    def _call(self, node: str, submit: Callable[[Any], Any], timeout: float | None = None,
+              remaining: Callable[[float | None], Any] | None = None) -> Any:
+        """``submit(actor)`` on ``node``'s plane and its result, repeated on a restarted actor after a
+        ``RayActorError`` (at most ``max_restarts + 1`` attempts). With ``timeout``, every attempt
+        and every wait for a restart fits in it: ``remaining(seconds left)`` builds the call then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        attempts = 0
+        while True:
+            actor = self._actors[node]
+            try:
+                if remaining is not None:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    return _get(remaining(left))
+                return _get(submit(actor))
+            except ray.exceptions.RayActorError as exc:
+                attempts += 1
+                if self.max_restarts >= 0 and attempts > self.max_restarts + 1:
+                    raise ConduitError(f"the plane actor on node {_short(node)} failed {attempts} times in one call: "
+                                       f"{exc}") from None
+                self.await_restart(node, deadline)
 
     # ----------------------------------------------------------------------------- ingestion
     def _route(self, learner: str | None, producer: str) -> str:
@@ -628,9 +744,14 @@ class PlaneCluster:
                producer: str = "local", learner: str | None = None, t_created: float | None = None,
                timeout: float | None = None, checksum: int | None = None, annotation: Any = None) -> Hashable:
         """:meth:`ingest_async`, waiting until the chunk is in the plane; returns its chunk id."""
-        return _get(self.ingest_async(payload, policy_version=policy_version, chunk_id=chunk_id, producer=producer,
-                                      learner=learner, t_created=t_created, timeout=timeout, checksum=checksum,
-                                      annotation=annotation))
+        learner = self._route(learner, producer)
+
+        def send(_actor: Any) -> Any:
+            return self.ingest_async(payload, policy_version=policy_version, chunk_id=chunk_id, producer=producer,
+                                     learner=learner, t_created=t_created, timeout=timeout, checksum=checksum,
+                                     annotation=annotation)
+
+        return self._call(self._learners[learner], send)
 
     # ----------------------------------------------------------------------------- delivery
     def _learner(self, learner: str | None) -> str:
@@ -642,39 +763,45 @@ class PlaneCluster:
         return learner
 
     def next_batch_async(self, learner: str | None = None, *, update: int | None = None,
-                         timeout: float | None = None, from_row: int = 0) -> Any:
+                         timeout: float | None = None, from_row: int = 0, incarnation: int | None = None) -> Any:
         """``ObjectRef`` of the learner's next :class:`RemoteBatch` (see :meth:`next_batch`)."""
         self._check_live()
         learner = self._learner(learner)
         return self._actors[self._learners[learner]].next_batch.remote(learner, update=update, timeout=timeout,
-                                                                       from_row=from_row)
+                                                                       from_row=from_row, incarnation=incarnation)
 
     def next_batch(self, learner: str | None = None, *, update: int | None = None,
-                   timeout: float | None = None, from_row: int = 0) -> RemoteBatch:
+                   timeout: float | None = None, from_row: int = 0, incarnation: int | None = None) -> RemoteBatch:
         """The learner's next batch from its node's plane, waiting up to ``timeout`` s (None: forever).
 
         With ``from_row=r`` only rows ``[r:]`` are shipped (``RemoteBatch.row_offset == r``): the
         learner already has rows ``[0, r)`` from :meth:`peek`. Raises
-        :class:`~conduit.runtime.plane.DeliveryTimeout` naming what was missing.
+        :class:`~conduit.runtime.plane.DeliveryTimeout` naming what was missing. With
+        ``incarnation`` (the one the peeked rows came from), a restarted plane refuses with
+        :class:`~conduit.errors.PlaneRestarted` and delivers nothing.
         """
-        return _get(self.next_batch_async(learner, update=update, timeout=timeout, from_row=from_row))
+        learner = self._learner(learner)
+        return self._call(self._learners[learner], None, timeout, lambda left: self.next_batch_async(
+            learner, update=update, timeout=left, from_row=from_row, incarnation=incarnation))
 
     def peek_async(self, learner: str | None = None, *, update: int | None = None, start: int = 0,
-                   timeout: float | None = None) -> Any:
+                   timeout: float | None = None, incarnation: int | None = None) -> Any:
         """``ObjectRef`` of a :class:`~conduit.runtime.batch.Peek` at the learner's next batch (see :meth:`peek`)."""
         self._check_live()
         learner = self._learner(learner)
         return self._actors[self._learners[learner]].peek.remote(learner, update=update, start=start,
-                                                                 timeout=timeout)
+                                                                 timeout=timeout, incarnation=incarnation)
 
     def peek(self, learner: str | None = None, *, update: int | None = None, start: int = 0,
-             timeout: float | None = None) -> Peek:
+             timeout: float | None = None, incarnation: int | None = None) -> Peek:
         """Rows ``[start, stop)`` of the learner's next batch that have already landed in its node's
         plane, as host copies, waiting up to ``timeout`` s (None: forever) for at least one (an empty
         :class:`~conduit.runtime.batch.Peek` when none came). Nothing is delivered: finish with
         ``next_batch(from_row=last_stop)`` (under ``OnPolicy``, ``update=peek.update``). See
         :meth:`ExperiencePlane.peek <conduit.runtime.plane.ExperiencePlane.peek>`."""
-        return _get(self.peek_async(learner, update=update, start=start, timeout=timeout))
+        learner = self._learner(learner)
+        return self._call(self._learners[learner], None, timeout, lambda left: self.peek_async(
+            learner, update=update, start=start, timeout=left, incarnation=incarnation))
 
     @staticmethod
     def get(refs: Any, timeout: float | None = None) -> Any:
@@ -699,19 +826,20 @@ class PlaneCluster:
     def set_policy_version(self, version: int) -> None:
         """Every node's learners now have weights ``version``."""
         self._check_live()
-        _get([a.set_policy_version.remote(int(version)) for a in self._actors.values()])
+        for node in self._actors:
+            self._call(node, lambda a: a.set_policy_version.remote(int(version)))
 
     def audit(self) -> dict[str, Any]:
         """The merged audit (:func:`merge_audits`); after :meth:`shutdown`, the final one."""
         if self._final is not None:
             return self._final
-        got = _get([a.audit.remote() for a in self._actors.values()])
+        got = [self._call(node, lambda a: a.audit.remote()) for node in self._actors]
         return merge_audits(dict(zip(self._actors, got, strict=True)))
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Per node id: the plane's metrics, its learners, and what reached it through the object store."""
         self._check_live()
-        got = _get([a.metrics.remote() for a in self._actors.values()])
+        got = [self._call(node, lambda a: a.metrics.remote()) for node in self._actors]
         return dict(zip(self._actors, got, strict=True))
 
     def shutdown(self, timeout: float = 60.0) -> dict[str, Any]:

@@ -204,6 +204,7 @@ class ReplayTable:
             self.metrics_.update_started(learner, t_asked, build.t_ready, t_handed, [])
             self.metrics_.count("delivered_batches")
             self.metrics_.count("delivered_samples", n)
+            self._maybe_compact()
             return Batch(self, build, upd, dst)
 
     def _bad_draw(self, ids: np.ndarray, owner: np.ndarray, rows: np.ndarray, dead: np.ndarray) -> None:

@@ -78,6 +78,13 @@ class RuntimeTier:
                 return None
             return Extent(self, offset, steps, self.allocator.size_of(offset))
 
+    def claim(self, offset: int, steps: int) -> Extent:
+        """The extent of ``steps`` samples at ``offset`` (which must be free): a restarted plane
+        taking over a chunk its durable tier still holds."""
+        with self.lock:
+            size = self.allocator.claim(offset, self.schema.extent_bytes(steps))
+            return Extent(self, offset, steps, size)
+
     def release(self, extent: Extent) -> None:
         with self.lock:
             self.allocator.free(extent.offset)

@@ -8,6 +8,9 @@
   from EnvRunners on other nodes cross through Ray's object store), and hands its (picklable)
   handle to every EnvRunner and to the learner through their groups' public ``foreach_*`` calls.
 * ``on_env_runners_recreated``: a restarted EnvRunner is attached again.
+* The plane actor itself is restarted by Ray (``max_restarts``, default 3): every handle stays
+  valid, so nothing is handed out again; EnvRunners and the learner notice the restart on their
+  next call and repeat it (see *Restarts* in :mod:`conduit.runtime.ray_plane`).
 * ``on_train_result``: ``result["conduit"]`` gets the plane's metrics (docs/metrics.md definitions:
   ``exposed_experience_path_s``, ``experience_path_s``, ``iteration_time_s``,
   ``experience_share``, plus counters) and the live audit (``violations`` and what was checked),
@@ -83,7 +86,8 @@ class ConduitCallback(RLlibCallback):
             policy=o.get("policy", "conduit"), params=o.get("params"), params_file=o.get("params_file"),
             capacities=o.get("capacities"), inline_bytes=o.get("inline_bytes", 256 << 10),
             prefetch_depth=o.get("prefetch_depth", 1), topology=o.get("topology"),
-            verify_checksums=o.get("verify_checksums", False), ingest_timeout=o.get("ingest_timeout", 120.0))
+            verify_checksums=o.get("verify_checksums", False), ingest_timeout=o.get("ingest_timeout", 120.0),
+            max_restarts=o.get("max_restarts", 3), restart_timeout=o.get("restart_timeout", 120.0))
         _CLUSTERS[id(algorithm)] = cluster
         weakref.finalize(algorithm, _CLUSTERS.pop, id(algorithm), None)
         self._attach_runners(algorithm.env_runner_group, cluster, schema)

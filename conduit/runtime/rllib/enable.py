@@ -46,6 +46,8 @@ OPTIONS: dict[str, str] = {
     "ingest_timeout": "seconds a chunk may wait for room in the plane before PlaneFullError (default 120)",
     "inline_bytes": "chunks smaller than this travel inside the call, not through the object store (256 KiB)",
     "verify_checksums": "check every delivered chunk's bytes against its ingest checksum (default False)",
+    "max_restarts": "times Ray restarts a plane actor whose process died (default 3; 0: never, -1: no limit)",
+    "restart_timeout": "seconds a caller waits for a restarted plane actor to answer (default 120)",
 }
 
 
@@ -77,7 +79,10 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     vp = out.get("value_pass", "per_chunk")
     if vp not in ("per_chunk", "batch"):
         raise EnableError(f"enable(): value_pass must be 'per_chunk' or 'batch', got {vp!r}")
-    for key in ("delivery_timeout", "ingest_timeout"):
+    mr = out.get("max_restarts")
+    if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or mr < -1):
+        raise EnableError(f"enable(): max_restarts must be an integer >= -1 (-1: no limit), got {mr!r}")
+    for key in ("delivery_timeout", "ingest_timeout", "restart_timeout"):
         v = out.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
             raise EnableError(f"enable(): {key} must be a positive number of seconds, got {v!r}")

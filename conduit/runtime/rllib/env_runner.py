@@ -122,6 +122,13 @@ class _Sender:
     It keeps at most :data:`MAX_IN_FLIGHT` chunks unacknowledged (then it waits: backpressure from
     the plane reaches the sampler), and a refused chunk (schema, capacity, a full plane) is raised by
     the runner's next ``sample()`` call, with the plane's message.
+
+    **Plane restarts.** It keeps each unacknowledged chunk's payload until the plane acknowledges it.
+    A send that fails because the plane's process died (Ray's ``RayActorError``) is sent again, with
+    the same chunk id, once the restarted plane answers (:meth:`PlaneCluster.ingest` waits for it,
+    within ``max_restarts`` and ``restart_timeout``). If the first send had been committed before the
+    death, the plane answers :class:`~conduit.errors.DuplicateChunkError`: the chunk is already
+    accounted for (taken over from the spill tier, or counted lost by the audit), so that is a success.
     """
 
     def __init__(self, runner: ConduitEnvRunnerMixin):
@@ -130,6 +137,8 @@ class _Sender:
         self.runner = runner
         self.queue: queue.Queue = queue.Queue(maxsize=MAX_IN_FLIGHT)
         self.in_flight: list[Any] = []
+        self.resend: dict[Any, Any] = {}  # unacknowledged ref -> how to send that chunk again
+        self.acks = threading.Lock()  # in_flight/resend: the sending thread and flush() both settle
         self.error: BaseException | None = None
         self.packer: TransitionPacker | None = None  # Replay: n-step windows across sample calls
         self.thread = threading.Thread(target=self._run, name="conduit-sender", daemon=True)
@@ -180,7 +189,18 @@ class _Sender:
         one-step sample call per env step would otherwise be one plane call per step."""
         import queue
 
-        items = [self.queue.get()]
+        while True:  # idle: look at the acknowledgements, so a send lost with a dead plane is sent again now
+            try:
+                items = [self.queue.get(timeout=0.25)]
+                break
+            except queue.Empty:
+                if self.in_flight and self.error is None:
+                    try:
+                        self._settle(leave=MAX_IN_FLIGHT)
+                    except BaseException as exc:  # noqa: BLE001 - raised by the runner's next sample()
+                        log.warning("sending experience to the plane failed: %r (raised by the runner's next "
+                                    "sample())", exc)
+                        self.error = exc
         deadline = time.monotonic() + window
         while window and len(items) < MAX_IN_FLIGHT:
             try:
@@ -200,23 +220,45 @@ class _Sender:
             payload, annotation = self.packer.pack(episodes), None
         if not payload:  # every step is carried until its n-step window is complete
             return
-        ref = r._cd_cluster.ingest_async(payload, policy_version=version, chunk_id=cid,
-                                         producer=f"env_runner{r.worker_index}", learner=r._cd_learner,
-                                         t_created=t_created, annotation=annotation)
+        kw = {"policy_version": version, "chunk_id": cid, "producer": f"env_runner{r.worker_index}",
+              "learner": r._cd_learner, "t_created": t_created, "annotation": annotation}
+        ref = r._cd_cluster.ingest_async(payload, **kw)
         if isinstance(ref, _object_ref_type()):  # (an in-process plane answers at once)
             self.in_flight.append(ref)
+            self.resend[ref] = (payload, kw)
             self._settle(leave=MAX_IN_FLIGHT)
 
     def _settle(self, *, leave: int) -> None:
         """Wait until at most ``leave`` chunks are unacknowledged; a refused chunk raises here."""
         import ray
 
-        if len(self.in_flight) > leave:
-            ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight) - leave)
-            ray.get(ready)
-        elif self.in_flight:
-            ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight), timeout=0)
-            ray.get(ready)
+        with self.acks:
+            if len(self.in_flight) > leave:
+                ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight) - leave)
+            elif self.in_flight:
+                ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight), timeout=0)
+            else:
+                return
+            self._settled(ready)
+
+    def _settled(self, ready: list) -> None:
+        import ray
+
+        for ref in ready:
+            payload, kw = self.resend.pop(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:  # the plane died with it in flight: send it again
+                self._send_again(payload, kw)
+
+    def _send_again(self, payload: Any, kw: dict[str, Any]) -> None:
+        from conduit.errors import DuplicateChunkError
+
+        log.info("plane restarted: sending chunk %r again", kw["chunk_id"])
+        try:
+            self.runner._cd_cluster.ingest(payload, **kw)  # waits for the restarted plane (bounded)
+        except DuplicateChunkError:
+            pass  # committed before the death: already accounted for
 
 
 def _object_ref_type() -> type:

@@ -156,6 +156,14 @@ class ConduitLearnerMixin:
         t0 = time.time()
         data = self._cd_training_data(int(self._weights_seq_no), plan.options.get("delivery_timeout", 600.0))
         self.metrics.log_value((ALL_MODULES, METRICS_KEY, "delivery_ms"), (time.time() - t0) * 1e3, window=20)
+        if data.episodes is not None and not data.episodes and data.batch is None:
+            # OnPolicy after a plane restart: every sample of this update died with the plane. No
+            # gradient step; the weights version still advances, as Learner.update does first
+            # (ray/rllib/core/learner/learner.py: Learner.update), so sampling and the plane go on.
+            self._weights_seq_no += 1
+            self.metrics.log_value((ALL_MODULES, METRICS_KEY, "skipped_updates"), 1, reduce="sum")
+            cluster.set_policy_version(int(self._weights_seq_no))
+            return self.metrics.reduce()
         if self._cd_stream is not None:
             with self._cd_stream.module_lock:  # no value pass of the stream while the weights change
                 result = super().update(training_data=data, **kwargs)

@@ -36,7 +36,7 @@ import numpy as np
 from ray.rllib.connectors.learner.general_advantage_estimation import GeneralAdvantageEstimation
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 
-from conduit.errors import ConduitError
+from conduit.errors import ConduitError, PlaneRestarted
 from conduit.runtime.plane import DeliveryTimeout
 from conduit.runtime.rllib.layout import rebuild_trajectories, run_rows
 
@@ -144,6 +144,7 @@ class _Assembly:
         self.final_values: dict[tuple[Any, int], float] = {}
         self.annotations: dict[Any, dict] = {}
         self.chunk_latency_ms: list[float] = []
+        self.incarnation: int | None = None  # the plane incarnation its rows came from (None: no rows yet)
 
     def write(self, start: int, columns: dict[str, np.ndarray], rows: int) -> None:
         if self.columns is None:
@@ -190,6 +191,7 @@ class ValueStream:
         self._current: _Assembly | None = None
         self._error: BaseException | None = None
         self._stopped = False
+        self.restarts = 0  # batches streamed again because the plane restarted
         self._thread = threading.Thread(target=self._run, name="conduit-value-stream", daemon=True)
         self._thread.start()
 
@@ -205,8 +207,16 @@ class ValueStream:
                     if a.complete:
                         self._cond.wait(self.poll_s)
                         continue
-                peek = self.cluster.peek(self.learner_id, update=version, start=a.stop, timeout=self.poll_s)
+                try:
+                    peek = self.cluster.peek(self.learner_id, update=version, start=a.stop, timeout=self.poll_s,
+                                             incarnation=a.incarnation)
+                except PlaneRestarted:  # the rows streamed so far died with the plane: start batch k again
+                    self._restart(version)
+                    continue
+                except DeliveryTimeout:  # the plane is restarting: ask again
+                    continue
                 if peek.stop > peek.start:
+                    a.incarnation = peek.incarnation
                     self._absorb(a, peek.start, peek.columns, peek.rows, peek.selections, peek.annotations)
                 with self._cond:
                     a.complete = a.complete or (peek.complete and a.stop >= peek.rows)
@@ -243,6 +253,13 @@ class ValueStream:
         a.chunk_latency_ms.extend((now - ann["t"]) * 1e3 for cid, _ in selections
                                   if (ann := a.annotations.get(cid)) is not None and "t" in ann)
 
+    def _restart(self, version: int) -> None:
+        log.warning("plane restarted while batch %d was streaming: streaming it again from row 0", version)
+        with self._cond:
+            self._current = _Assembly(version)
+            self.restarts += 1
+            self._cond.notify_all()
+
     def _value_module(self) -> Any:
         from ray.rllib.core import DEFAULT_MODULE_ID
 
@@ -251,22 +268,32 @@ class ValueStream:
     # -- the learner's update --------------------------------------------------------------------
     def episodes_for(self, version: int, timeout: float) -> list:
         """Batch ``version`` as episodes, with its values handed to :class:`StreamedGAE` (blocks until
-        the batch is complete; the rows still in flight are fetched and evaluated here)."""
+        the batch is complete; the rows still in flight are fetched and evaluated here). After a plane
+        restart the batch may be short (samples lost with the plane) or empty (then ``[]``)."""
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                if self._error is not None:
-                    raise self._error
-                a = self._current
-                if a is not None and a.version == version and a.complete:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise DeliveryTimeout(f"learner {self.learner_id!r}: batch {version} not complete after "
-                                          f"{timeout:g} s ({a.stop if a else 0} of {a.rows if a else '?'} rows "
-                                          "streamed)")
-                self._cond.wait(min(left, self.poll_s))
-        batch = self.cluster.next_batch(self.learner_id, update=version, timeout=timeout, from_row=a.stop)
+        while True:
+            with self._cond:
+                while True:
+                    if self._error is not None:
+                        raise self._error
+                    a = self._current
+                    if a is not None and a.version == version and a.complete:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise DeliveryTimeout(f"learner {self.learner_id!r}: batch {version} not complete after "
+                                              f"{timeout:g} s ({a.stop if a else 0} of {a.rows if a else '?'} rows "
+                                              "streamed)")
+                    self._cond.wait(min(left, self.poll_s))
+            try:
+                batch = self.cluster.next_batch(self.learner_id, update=version,
+                                                timeout=max(0.0, deadline - time.monotonic()), from_row=a.stop,
+                                                incarnation=a.incarnation if a.stop else None)
+                break
+            except PlaneRestarted:
+                self._restart(version)
+        if batch.steps == 0:  # every sample of this batch was lost with the plane
+            return []
         if batch.row_offset < a.rows:  # rows that landed between the last peek and the delivery
             self._absorb(a, batch.row_offset, batch.columns, a.rows, batch.selections, batch.annotations)
         annotations = {**a.annotations, **batch.annotations}
