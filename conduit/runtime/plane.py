@@ -84,6 +84,7 @@ from conduit.policy import Policy
 from conduit.registry import create_policy
 from conduit.runtime.assembly import Assembly
 from conduit.runtime.batch import BatchBuild
+from conduit.runtime.checkpoint import PlaneCheckpoint
 from conduit.runtime.estimator import BandwidthEstimator
 from conduit.runtime.ingestion import Ingestion
 from conduit.runtime.machine import MachineTiers, build_tiers, resolve_topology
@@ -114,7 +115,7 @@ def _as_contract(contract: Contract | Mapping[str, Any]) -> Contract:
     return contract_from_dict(contract) if isinstance(contract, Mapping) else contract
 
 
-class ExperiencePlane(Ingestion, Assembly, ReplayTable):
+class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
     """Real-memory experience plane driven by a :class:`~conduit.policy.Policy`.
 
     ``schema`` fixes the chunk columns; ``contract`` the data contract; ``policy`` a registered name
