@@ -74,6 +74,12 @@ class PlaneCheckpoint:
             raise ConduitError(f"register_part({name!r}): a part with this name is registered already")
         parts[name] = part
 
+    def warming_up(self) -> bool:
+        """Replay: the table has had fewer than ``min_size`` steps inserted since it started (or was
+        restored without its data); no sample is allowed yet. False for the other contracts."""
+        with self._lock:
+            return bool(self.rules.tabled) and self._inserted < self.contract.min_size
+
     # ---------------------------------------------------------------------------- snapshot
     def snapshot(self, *, table: bool = True) -> dict[str, Any]:
         """The plane's state for a checkpoint (see the module doc); ``table=False`` leaves the Replay

@@ -334,6 +334,29 @@ class _PlaneActor:
 
     @_portable
     @_method(concurrency_group="control")
+    def snapshot(self, table: bool = True) -> dict[str, Any]:
+        """The plane's checkpoint (:meth:`ExperiencePlane.snapshot`), with this actor's chunk-id counter."""
+        snap = self._live().snapshot(table=table)
+        snap["actor_seq"] = next(self._seq)
+        self._seq = itertools.count(snap["actor_seq"] + 1)
+        return snap
+
+    @_portable
+    @_method(concurrency_group="control")
+    def restore(self, snap: dict[str, Any]) -> dict[str, int]:
+        """Load a checkpoint into this (fresh) plane (:meth:`ExperiencePlane.restore`)."""
+        got = self._live().restore(snap)
+        self._seq = itertools.count(int(snap.get("actor_seq", 0)))
+        return got
+
+    @_portable
+    @_method(concurrency_group="control")
+    def warming_up(self) -> bool:
+        """Whether the Replay table is still warming up (:meth:`ExperiencePlane.warming_up`)."""
+        return self._live().warming_up()
+
+    @_portable
+    @_method(concurrency_group="control")
     def close(self) -> dict[str, Any] | None:
         """Close the plane (waking blocked callers with an error); returns the final audit."""
         if self._plane is None:
@@ -449,6 +472,8 @@ class PlaneCluster:
         self._rr: dict[str, int] = {}
         self._lock = threading.Lock()
         self._final: dict[str, Any] | None = None
+        self.run_tag = os.urandom(3).hex()  # unique per plane cluster: producers' chunk ids never collide
+        # with the ids of chunks a restored checkpoint brings back
 
     # ----------------------------------------------------------------------------- start
     @classmethod
@@ -691,6 +716,31 @@ class PlaneCluster:
         self._check_live()
         got = _get([a.metrics.remote() for a in self._actors.values()])
         return dict(zip(self._actors, got, strict=True))
+
+    def _key(self, node: str) -> str:
+        return ",".join(sorted(lid for lid, n in self._learners.items() if n == node))
+
+    def snapshot(self, table: bool = True) -> dict[str, dict[str, Any]]:
+        """Every node's checkpoint (:meth:`ExperiencePlane.snapshot`), keyed by the learners it serves
+        (node ids change between runs; learner ids do not)."""
+        self._check_live()
+        got = _get([a.snapshot.remote(table) for a in self._actors.values()])
+        return {self._key(node): snap for node, snap in zip(self._actors, got, strict=True)}
+
+    def restore(self, snaps: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+        """Load :meth:`snapshot`'s checkpoints into these (fresh) planes; returns the summed counts."""
+        self._check_live()
+        keys = {self._key(node): node for node in self._actors}
+        if set(snaps) != set(keys):
+            raise ConduitError(f"restore: the checkpoint has planes for learners {sorted(snaps)}, this cluster "
+                               f"for {sorted(keys)}")
+        got = _get([self._actors[keys[k]].restore.remote(dict(snap)) for k, snap in snaps.items()])
+        return {k: sum(g[k] for g in got) for k in ("chunks", "samples", "dropped")}
+
+    def warming_up(self, learner: str | None = None) -> bool:
+        """Whether the learner's Replay table is still warming up (no sample before ``min_size`` steps)."""
+        self._check_live()
+        return bool(_get(self._actors[self._learners[self._learner(learner)]].warming_up.remote()))
 
     def shutdown(self, timeout: float = 60.0) -> dict[str, Any]:
         """Close every plane (collecting the final audits), then end the actors; returns the merged

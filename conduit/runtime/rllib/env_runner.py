@@ -94,7 +94,8 @@ class ConduitEnvRunnerMixin:
         """Hand the sample to the sender thread; returns its env steps (the RPC need not wait for the send)."""
         steps = sum(len(e) for e in episodes)
         if steps:
-            cid = f"r{self.worker_index}-{next(self._cd_seq)}"
+            tag = getattr(self._cd_cluster, "run_tag", None)  # unique per plane: a restored table's ids stay unique
+            cid = f"r{self.worker_index}-{tag}-{next(self._cd_seq)}" if tag else f"r{self.worker_index}-{next(self._cd_seq)}"
             if self._cd_sender is None:
                 self._cd_sender = _Sender(self)
             self._cd_sender.send(episodes, int(self._weights_seq_no), cid, time.time())
