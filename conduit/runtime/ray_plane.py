@@ -220,7 +220,7 @@ class _PlaneActor:
 
     def __init__(self, *, index: int, schema: Mapping[str, Any], contract: Mapping[str, Any], batch_steps: int,
                  learners: Mapping[str, str], policy: Any = "conduit", params: Mapping[str, Any] | None = None,
-                 capacities: Mapping[str, Any] | None = None, **plane_kwargs: Any):
+                 capacities: Mapping[str, Any] | None = None, export_interval_s: float = 10.0, **plane_kwargs: Any):
         from conduit.runtime.plane import ExperiencePlane
 
         self._node_id = ray.get_runtime_context().get_node_id()
@@ -239,6 +239,28 @@ class _PlaneActor:
                 params=params, learners=dict(learners), capacities=capacities, **plane_kwargs)
         except BaseException as exc:  # noqa: BLE001 - reported by ready(), where the caller sees it
             self._init_error = exc
+        self._exporter = None
+        self._export_stop = threading.Event()
+        if self._plane is not None and export_interval_s and export_interval_s > 0:
+            from conduit.runtime.export import MetricsExporter
+
+            self._exporter = MetricsExporter(self._node_id, self._plane.contract.kind)
+            threading.Thread(target=self._export_loop, args=(float(export_interval_s),), daemon=True,
+                             name="conduit-metrics-export").start()
+
+    def _export(self) -> None:
+        plane = self._plane
+        self._exporter.publish(plane.metrics(), plane.audit().to_dict())
+
+    def _export_loop(self, interval: float) -> None:
+        """Publish the plane's counters through ``ray.util.metrics`` every ``interval`` s (conduit.runtime.export)."""
+        import logging
+
+        while not self._export_stop.wait(interval):
+            try:
+                self._export()
+            except Exception as exc:  # noqa: BLE001 - exporting must never stop the plane; logged
+                logging.getLogger("conduit.runtime.export").warning("metrics export failed: %r", exc)
 
     def _live(self) -> Any:
         if self._plane is None:
@@ -357,12 +379,31 @@ class _PlaneActor:
 
     @_portable
     @_method(concurrency_group="control")
+    def exported(self, now: bool = False) -> dict[str, Any] | None:
+        """What the actor published through ``ray.util.metrics`` (:meth:`MetricsExporter.snapshot
+        <conduit.runtime.export.MetricsExporter.snapshot>`); ``now=True`` publishes first. None when off."""
+        if self._exporter is None:
+            return None
+        if now and self._final is None:
+            self._export()
+        return self._exporter.snapshot()
+
+    @_portable
+    @_method(concurrency_group="control")
     def close(self) -> dict[str, Any] | None:
         """Close the plane (waking blocked callers with an error); returns the final audit."""
         if self._plane is None:
             return None
         if self._final is None:
+            self._export_stop.set()
             self._final = self._plane.close().to_dict()
+            if self._exporter is not None:
+                import logging
+
+                try:  # the last values, final audit included
+                    self._exporter.publish(self._plane.metrics(), self._final)
+                except Exception as exc:  # noqa: BLE001 - closing must not fail on an export
+                    logging.getLogger("conduit.runtime.export").warning("final metrics export failed: %r", exc)
         return self._final
 
 

@@ -86,7 +86,8 @@ class ConduitCallback(RLlibCallback):
             policy=o.get("policy", "conduit"), params=o.get("params"), params_file=o.get("params_file"),
             capacities=o.get("capacities"), inline_bytes=o.get("inline_bytes", 256 << 10),
             prefetch_depth=o.get("prefetch_depth", 1), topology=o.get("topology"),
-            verify_checksums=o.get("verify_checksums", False), ingest_timeout=o.get("ingest_timeout", 120.0))
+            verify_checksums=o.get("verify_checksums", False), ingest_timeout=o.get("ingest_timeout", 120.0),
+            export_interval_s=o.get("metrics_export_s", 10.0))
         _CLUSTERS[id(algorithm)] = cluster
         _ALGOS[id(algorithm)] = weakref.ref(algorithm)
         _FINALS.pop(id(algorithm), None)

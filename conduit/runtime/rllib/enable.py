@@ -45,6 +45,8 @@ OPTIONS: dict[str, str] = {
     "ingest_timeout": "seconds a chunk may wait for room in the plane before PlaneFullError (default 120)",
     "inline_bytes": "chunks smaller than this travel inside the call, not through the object store (256 KiB)",
     "verify_checksums": "check every delivered chunk's bytes against its ingest checksum (default False)",
+    "metrics_export_s": "seconds between publications of the plane's counters through ray.util.metrics "
+                        "(default 10; 0: off)",
 }
 
 
@@ -111,6 +113,11 @@ def _check_plane_options(out: Mapping[str, Any]) -> None:
             resolve_topology(topo)
         except (ConduitError, OSError, ValueError) as exc:
             raise EnableError(f"enable(): topology={topo!r}: {exc}") from None
+    export = out.get("metrics_export_s")
+    if export is not None and (isinstance(export, bool) or not isinstance(export, (int, float)) or export < 0
+                               or export != export or export == float("inf")):
+        raise EnableError(f"enable(): metrics_export_s must be a finite number of seconds >= 0 (0: off), "
+                          f"got {export!r}")
     window = out.get("coalesce_s")
     if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float)) or window < 0):
         raise EnableError(f"enable(): coalesce_s must be a non-negative number of seconds, got {window!r}")
