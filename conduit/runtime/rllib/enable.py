@@ -19,6 +19,7 @@ now, with an :class:`~conduit.runtime.rllib.plan.EnableError` naming the setting
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -114,8 +115,8 @@ def _check_plane_options(out: Mapping[str, Any]) -> None:
         except (ConduitError, OSError, ValueError) as exc:
             raise EnableError(f"enable(): topology={topo!r}: {exc}") from None
     export = out.get("metrics_export_s")
-    if export is not None and (isinstance(export, bool) or not isinstance(export, (int, float)) or export < 0
-                               or export != export or export == float("inf")):
+    if export is not None and (isinstance(export, bool) or not isinstance(export, (int, float))
+                               or not math.isfinite(export) or export < 0):
         raise EnableError(f"enable(): metrics_export_s must be a finite number of seconds >= 0 (0: off), "
                           f"got {export!r}")
     window = out.get("coalesce_s")
