@@ -66,8 +66,7 @@ def test_checkpoint_with_the_table_resumes_without_warm_up(local_ray, tmp_path):
     from ray.rllib.algorithms.algorithm import Algorithm
 
     algo = _config(True).build_algo()
-    for _ in range(2):
-        algo.train()
+    algo.train()
     path = algo.save_to_path(str(tmp_path / "ckpt"))
     saved_plane = cluster_of(algo).metrics()
     before = cluster_of(algo).audit()
@@ -94,6 +93,7 @@ def test_checkpoint_with_the_table_resumes_without_warm_up(local_ray, tmp_path):
     assert final["ingested_samples"] > before["ingested_samples"]
 
 
+@pytest.mark.e2e  # about 70 s on a shared 2-core machine: make test-e2e
 def test_checkpoint_without_the_table_warms_up_again(local_ray, tmp_path):
     algo = _config(False).build_algo()
     for _ in range(2):
