@@ -60,6 +60,11 @@ with the same id is a first ingest. Memory is freed only when nothing still copi
 a batch released or discarded while copies run is freed by the last of them, a chunk's extent once no
 copy reads it, and :meth:`ExperiencePlane.close` waits for every copy before it frees anything.
 
+**Checkpoints.** :meth:`ExperiencePlane.snapshot` returns the plane's state as plain data (the Replay
+table column by column, the rate limiter, the audit's counts, the parts registered with
+:meth:`ExperiencePlane.register_part`), and :meth:`ExperiencePlane.restore` continues from it in a
+fresh plane; data in flight is dropped at the checkpoint and counted (:mod:`conduit.runtime.checkpoint`).
+
 **Timeouts.** Every blocking call (``ingest``, ``next_batch``, ``peek``) waits at most its timeout,
 wakes up when the plane is closed, and takes ``None`` for "until close()"; a timeout that is negative,
 infinite or NaN is refused at once with a :class:`~conduit.errors.ConduitError` naming the argument.

@@ -41,6 +41,11 @@ and peeks that carry the chunk's rows.
 with ``k`` the node's index in :attr:`PlaneCluster.nodes` and ``seq`` that plane's counter. An
 explicit ``chunk_id`` is checked for duplicates on its node only.
 
+**Checkpoints and metrics.** :meth:`PlaneCluster.snapshot` / :meth:`PlaneCluster.restore` carry each
+node's plane (:mod:`conduit.runtime.checkpoint`), keyed by the learners it serves. Each actor publishes
+its counters through ``ray.util.metrics`` every ``export_interval_s`` seconds (``PlaneCluster.start``
+keyword, default 10; 0: off) and once more at close (:mod:`conduit.runtime.export`).
+
 **Errors.** Conduit errors raised inside an actor reach the caller as the same class with the same
 message (the remote traceback is attached as a note), so ``except PlaneFullError`` works across
 nodes.

@@ -13,8 +13,9 @@
   ``experience_share``, plus counters) and the live audit (``violations`` and what was checked),
   next to RLlib's own numbers.
 
-The plane actors are ended by :func:`~conduit.runtime.rllib.shutdown` (or ``algo.stop()`` followed
-by ``ray.shutdown()``); :func:`shutdown` also returns the final audit.
+The plane actors are ended by ``algo.stop()`` (the driver's local EnvRunner calls :func:`stop_plane`,
+which also writes ``conduit_final_audit.json`` into the algorithm's log directory) or by
+:func:`~conduit.runtime.rllib.shutdown`, which returns the final audit either way.
 """
 
 from __future__ import annotations
