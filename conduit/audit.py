@@ -1020,6 +1020,81 @@ class Auditor:
         tiers = self._residency.get(cid)
         return tiers is None or bool(tiers)  # never placed: still where ingestion put it
 
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    CARRIED_COUNTERS = (
+        "_ingested_chunks", "_ingested_samples", "_ingested_bytes", "_deliveries", "_delivered_samples",
+        "_delivered_bytes", "_updates_consumed", "_max_consumed", "_checksums_verified", "_t",
+        "_inserted", "_sampled", "_in_band", "_out_of_band_events",
+    )
+    """The scalar counts a checkpoint carries to the restored run's auditor (see :meth:`carry`)."""
+
+    def carry(self, kept: Iterable[Hashable], reason: str, t: float) -> dict[str, Any]:
+        """The audit as a checkpoint carries it: every count so far, plus, as drops with ``reason``,
+        the live samples of every chunk not in ``kept`` (the chunks the checkpoint does not hold).
+
+        The restored run's story forks here: chunks ``kept`` are re-registered there as live
+        (:meth:`resume`); every other sample that was live is, in that story, dropped on purpose at
+        the checkpoint, and counted under ``reason`` — never silent, never a violation. This
+        auditor itself is not changed (the original run goes on).
+        """
+        kept = set(kept)
+        dropped = dict(self._dropped)
+        n = 0
+        for cid, st in self._chunks.items():
+            if st.removed or cid in kept:
+                continue
+            n += st.unused_count() if self._tracked else st.steps - st.n_dropped
+        if n:
+            dropped[reason] = dropped.get(reason, 0) + n
+        return {
+            "contract": self.contract.to_dict(),
+            "counts": {k.value: v for k, v in self._counts.items()},
+            "examples": {k.value: list(v) for k, v in self._examples.items()},
+            "dropped": dropped,
+            "peak": dict(self._peak),
+            **{name.lstrip("_"): getattr(self, name) for name in self.CARRIED_COUNTERS},
+        }
+
+    def resume(self, state: Mapping[str, Any], chunks: Iterable[Chunk], *, rate: bool = True) -> None:
+        """Continue the audit of a checkpoint (:meth:`carry`) in this fresh auditor.
+
+        Every count carries over. ``chunks`` (the chunks the checkpoint held, now back in the
+        plane) are live again without being ingested a second time: their samples may be
+        delivered, evicted or dropped as before the checkpoint. With ``rate=False`` the Replay rate
+        band starts again from zero (the restored table is empty and warms up again, as the
+        plane's limiter does). Only a fresh auditor (no event yet) may resume.
+        """
+        if self._chunks or self._ingested_chunks or self._deliveries or self._final is not None:
+            raise ConduitError("auditor: resume() needs a fresh auditor (events were already recorded)")
+        contract = contract_from_dict(state["contract"])
+        if contract != self.contract:
+            raise ConduitError(f"auditor: the checkpoint's contract {contract!r} is not this auditor's "
+                               f"{self.contract!r}")
+        chunks = list(chunks)
+        if chunks and self._tracked:
+            raise ConduitError(f"auditor: a {self.contract.kind} checkpoint carries no chunks (in-flight data "
+                               "is dropped at the checkpoint)")
+        for name in self.CARRIED_COUNTERS:
+            setattr(self, name, state[name.lstrip("_")])
+        for kind, n in state["counts"].items():
+            self._counts[ViolationKind(kind)] = int(n)
+        for kind, msgs in state["examples"].items():
+            self._examples[ViolationKind(kind)] = list(msgs)[:MAX_EXAMPLES]
+        self._dropped = {str(k): int(v) for k, v in state["dropped"].items()}
+        self._peak = {str(k): int(v) for k, v in state["peak"].items()}
+        if not rate:
+            self._inserted = self._sampled = 0
+            self._in_band = True
+        for chunk in chunks:
+            if chunk.id in self._chunks:
+                raise ConduitError(f"auditor: chunk {chunk.id!r} resumed twice")
+            st = _ChunkState(chunk, self._tracked, self.lazy)
+            self._chunks[chunk.id] = st
+            if self._on_policy:  # pragma: no cover - tracked contracts carry no chunks (refused above)
+                self._by_version.setdefault(st.version, {})[chunk.id] = st
+            self._live_steps += st.steps
+
     # --- results -------------------------------------------------------------------------------
 
     def report(self) -> AuditReport:

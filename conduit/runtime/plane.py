@@ -73,6 +73,11 @@ being assembled), never as a violation; restores the Replay rate limiter's count
 OnPolicy, assembles each not-yet-trained batch short by the samples of its version that were lost.
 :attr:`ExperiencePlane.incarnation` counts the restarts.
 
+**Checkpoints.** :meth:`ExperiencePlane.snapshot` returns the plane's state as plain data (the Replay
+table column by column, the rate limiter, the audit's counts, the parts registered with
+:meth:`ExperiencePlane.register_part`), and :meth:`ExperiencePlane.restore` continues from it in a
+fresh plane; data in flight is dropped at the checkpoint and counted (:mod:`conduit.runtime.checkpoint`).
+
 **Timeouts.** Every blocking call (``ingest``, ``next_batch``, ``peek``) waits at most its timeout,
 wakes up when the plane is closed, and takes ``None`` for "until close()"; a timeout that is negative,
 infinite or NaN is refused at once with a :class:`~conduit.errors.ConduitError` naming the argument.
@@ -101,6 +106,7 @@ from conduit.policy import Policy
 from conduit.registry import create_policy
 from conduit.runtime.assembly import Assembly
 from conduit.runtime.batch import BatchBuild
+from conduit.runtime.checkpoint import PlaneCheckpoint
 from conduit.runtime.estimator import BandwidthEstimator
 from conduit.runtime.ingestion import Ingestion
 from conduit.runtime.machine import MachineTiers, build_tiers, resolve_topology
@@ -133,7 +139,7 @@ def _as_contract(contract: Contract | Mapping[str, Any]) -> Contract:
     return contract_from_dict(contract) if isinstance(contract, Mapping) else contract
 
 
-class ExperiencePlane(Ingestion, Assembly, ReplayTable):
+class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
     """Real-memory experience plane driven by a :class:`~conduit.policy.Policy`.
 
     ``schema`` fixes the chunk columns; ``contract`` the data contract; ``policy`` a registered name
@@ -218,6 +224,8 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable):
         # arrays, rebuilt only when the table changes: (chunks, first ids, steps)
         self._sampler = make_sampler(self.contract) if self.rules.tabled else None
         self._next_sample_id = 0
+        if self._sampler is not None:  # checkpoints carry its priorities with the table (runtime.checkpoint)
+            self.register_part("sampler", self._sampler)
         self._evicted_ranges: deque[tuple[int, int, Hashable]] = deque(maxlen=Auditor.RETIRED_WINDOW)
         self._table_snapshot: tuple[list[_Chunk], np.ndarray, np.ndarray] | None = None
         self._inserted = 0  # committed steps (what the auditor has seen ingested)

@@ -55,6 +55,11 @@ polling thread, notices the death. A call that was running in the dead process f
 streamed from to ``peek``/``next_batch`` and gets :class:`~conduit.errors.PlaneRestarted`, with
 nothing delivered, when the rows it holds came from a dead incarnation.
 
+**Checkpoints and metrics.** :meth:`PlaneCluster.snapshot` / :meth:`PlaneCluster.restore` carry each
+node's plane (:mod:`conduit.runtime.checkpoint`), keyed by the learners it serves. Each actor publishes
+its counters through ``ray.util.metrics`` every ``export_interval_s`` seconds (``PlaneCluster.start``
+keyword, default 10; 0: off) and once more at close (:mod:`conduit.runtime.export`).
+
 **Errors.** Conduit errors raised inside an actor reach the caller as the same class with the same
 message (the remote traceback is attached as a note), so ``except PlaneFullError`` works across
 nodes.
@@ -240,7 +245,8 @@ class _PlaneActor:
 
     def __init__(self, *, index: int, schema: Mapping[str, Any], contract: Mapping[str, Any], batch_steps: int,
                  learners: Mapping[str, str], policy: Any = "conduit", params: Mapping[str, Any] | None = None,
-                 capacities: Mapping[str, Any] | None = None, recovery: str | None = None, **plane_kwargs: Any):
+                 capacities: Mapping[str, Any] | None = None, recovery: str | None = None,
+                 export_interval_s: float = 10.0, **plane_kwargs: Any):
         from conduit.runtime.plane import ExperiencePlane
 
         if recovery is not None and plane_kwargs.get("recovery_dir") is None:  # on this node's disk
@@ -263,6 +269,28 @@ class _PlaneActor:
             self._incarnation = self._plane.incarnation
         except BaseException as exc:  # noqa: BLE001 - reported by ready(), where the caller sees it
             self._init_error = exc
+        self._exporter = None
+        self._export_stop = threading.Event()
+        if self._plane is not None and export_interval_s and export_interval_s > 0:
+            from conduit.runtime.export import MetricsExporter
+
+            self._exporter = MetricsExporter(self._node_id, self._plane.contract.kind)
+            threading.Thread(target=self._export_loop, args=(float(export_interval_s),), daemon=True,
+                             name="conduit-metrics-export").start()
+
+    def _export(self) -> None:
+        plane = self._plane
+        self._exporter.publish(plane.metrics(), plane.audit().to_dict())
+
+    def _export_loop(self, interval: float) -> None:
+        """Publish the plane's counters through ``ray.util.metrics`` every ``interval`` s (conduit.runtime.export)."""
+        import logging
+
+        while not self._export_stop.wait(interval):
+            try:
+                self._export()
+            except Exception as exc:  # noqa: BLE001 - exporting must never stop the plane; logged
+                logging.getLogger("conduit.runtime.export").warning("metrics export failed: %r", exc)
 
     def _live(self) -> Any:
         if self._plane is None:
@@ -386,12 +414,54 @@ class _PlaneActor:
 
     @_portable
     @_method(concurrency_group="control")
+    def snapshot(self, table: bool = True) -> dict[str, Any]:
+        """The plane's checkpoint (:meth:`ExperiencePlane.snapshot`), with this actor's chunk-id counter."""
+        snap = self._live().snapshot(table=table)
+        snap["actor_seq"] = next(self._seq)
+        self._seq = itertools.count(snap["actor_seq"] + 1)
+        return snap
+
+    @_portable
+    @_method(concurrency_group="control")
+    def restore(self, snap: dict[str, Any]) -> dict[str, int]:
+        """Load a checkpoint into this (fresh) plane (:meth:`ExperiencePlane.restore`)."""
+        got = self._live().restore(snap)
+        self._seq = itertools.count(int(snap.get("actor_seq", 0)))
+        return got
+
+    @_portable
+    @_method(concurrency_group="control")
+    def warming_up(self) -> bool:
+        """Whether the Replay table is still warming up (:meth:`ExperiencePlane.warming_up`)."""
+        return self._live().warming_up()
+
+    @_portable
+    @_method(concurrency_group="control")
+    def exported(self, now: bool = False) -> dict[str, Any] | None:
+        """What the actor published through ``ray.util.metrics`` (:meth:`MetricsExporter.snapshot
+        <conduit.runtime.export.MetricsExporter.snapshot>`); ``now=True`` publishes first. None when off."""
+        if self._exporter is None:
+            return None
+        if now and self._final is None:
+            self._export()
+        return self._exporter.snapshot()
+
+    @_portable
+    @_method(concurrency_group="control")
     def close(self) -> dict[str, Any] | None:
         """Close the plane (waking blocked callers with an error); returns the final audit."""
         if self._plane is None:
             return None
         if self._final is None:
+            self._export_stop.set()
             self._final = self._plane.close().to_dict()
+            if self._exporter is not None:
+                import logging
+
+                try:  # the last values, final audit included
+                    self._exporter.publish(self._plane.metrics(), self._final)
+                except Exception as exc:  # noqa: BLE001 - closing must not fail on an export
+                    logging.getLogger("conduit.runtime.export").warning("final metrics export failed: %r", exc)
         return self._final
 
 
@@ -510,6 +580,8 @@ class PlaneCluster:
         self._rr: dict[str, int] = {}
         self._lock = threading.Lock()
         self._final: dict[str, Any] | None = None
+        self.run_tag = os.urandom(3).hex()  # unique per plane cluster: producers' chunk ids never collide
+        # with the ids of chunks a restored checkpoint brings back
 
     # ----------------------------------------------------------------------------- start
     @classmethod
@@ -841,6 +913,31 @@ class PlaneCluster:
         self._check_live()
         got = [self._call(node, lambda a: a.metrics.remote()) for node in self._actors]
         return dict(zip(self._actors, got, strict=True))
+
+    def _key(self, node: str) -> str:
+        return ",".join(sorted(lid for lid, n in self._learners.items() if n == node))
+
+    def snapshot(self, table: bool = True) -> dict[str, dict[str, Any]]:
+        """Every node's checkpoint (:meth:`ExperiencePlane.snapshot`), keyed by the learners it serves
+        (node ids change between runs; learner ids do not)."""
+        self._check_live()
+        got = _get([a.snapshot.remote(table) for a in self._actors.values()])
+        return {self._key(node): snap for node, snap in zip(self._actors, got, strict=True)}
+
+    def restore(self, snaps: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+        """Load :meth:`snapshot`'s checkpoints into these (fresh) planes; returns the summed counts."""
+        self._check_live()
+        keys = {self._key(node): node for node in self._actors}
+        if set(snaps) != set(keys):
+            raise ConduitError(f"restore: the checkpoint has planes for learners {sorted(snaps)}, this cluster "
+                               f"for {sorted(keys)}")
+        got = _get([self._actors[keys[k]].restore.remote(dict(snap)) for k, snap in snaps.items()])
+        return {k: sum(g[k] for g in got) for k in ("chunks", "samples", "dropped")}
+
+    def warming_up(self, learner: str | None = None) -> bool:
+        """Whether the learner's Replay table is still warming up (no sample before ``min_size`` steps)."""
+        self._check_live()
+        return bool(_get(self._actors[self._learners[self._learner(learner)]].warming_up.remote()))
 
     def shutdown(self, timeout: float = 60.0) -> dict[str, Any]:
         """Close every plane (collecting the final audits), then end the actors; returns the merged

@@ -16,8 +16,9 @@
   ``experience_share``, plus counters) and the live audit (``violations`` and what was checked),
   next to RLlib's own numbers.
 
-The plane actors are ended by :func:`~conduit.runtime.rllib.shutdown` (or ``algo.stop()`` followed
-by ``ray.shutdown()``); :func:`shutdown` also returns the final audit.
+The plane actors are ended by ``algo.stop()`` (the driver's local EnvRunner calls :func:`stop_plane`,
+which also writes ``conduit_final_audit.json`` into the algorithm's log directory) or by
+:func:`~conduit.runtime.rllib.shutdown`, which returns the final audit either way.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from conduit.runtime.rllib.plan import Plan
 
 LEARNER_ID = "learner0"
 _CLUSTERS: dict[int, Any] = {}  # id(algorithm) -> PlaneCluster (driver process)
+_ALGOS: dict[int, Any] = {}  # id(algorithm) -> weakref to it (to detach its learners when the plane stops)
+_FINALS: dict[int, dict[str, Any]] = {}  # id(algorithm) -> final audit, once its plane was shut down
+FINAL_AUDIT_FILE = "conduit_final_audit.json"
 
 
 def _values(results: Any) -> list:
@@ -87,9 +91,12 @@ class ConduitCallback(RLlibCallback):
             capacities=o.get("capacities"), inline_bytes=o.get("inline_bytes", 256 << 10),
             prefetch_depth=o.get("prefetch_depth", 1), topology=o.get("topology"),
             verify_checksums=o.get("verify_checksums", False), ingest_timeout=o.get("ingest_timeout", 120.0),
-            max_restarts=o.get("max_restarts", 3), restart_timeout=o.get("restart_timeout", 120.0))
+            max_restarts=o.get("max_restarts", 3), restart_timeout=o.get("restart_timeout", 120.0),
+            export_interval_s=o.get("metrics_export_s", 10.0))
         _CLUSTERS[id(algorithm)] = cluster
-        weakref.finalize(algorithm, _CLUSTERS.pop, id(algorithm), None)
+        _ALGOS[id(algorithm)] = weakref.ref(algorithm)
+        _FINALS.pop(id(algorithm), None)
+        weakref.finalize(algorithm, _forget, id(algorithm))
         self._attach_runners(algorithm.env_runner_group, cluster, schema)
         _values(lg.foreach_learner(
             lambda learner, c=cluster, sp=(obs_space, act_space): learner.conduit_attach(c, LEARNER_ID, sp)))
@@ -128,11 +135,50 @@ def report(cluster: Any, plan: Plan) -> dict[str, Any]:
     }
 
 
+def _forget(key: int) -> None:
+    for table in (_CLUSTERS, _ALGOS, _FINALS):
+        table.pop(key, None)
+
+
 def shutdown(algorithm: Any, timeout: float = 60.0) -> dict[str, Any] | None:
-    """End the algorithm's plane actors; returns the final merged audit (None if there was no plane)."""
-    cluster = _CLUSTERS.pop(id(algorithm), None)
-    if cluster is None:
-        return None
-    with contextlib.suppress(Exception):  # the learners may already be gone; the plane still closes
-        algorithm.learner_group.foreach_learner(lambda learner: learner.conduit_detach())
-    return cluster.shutdown(timeout=timeout)
+    """End the algorithm's plane actors; returns the final merged audit (None if there was no plane).
+
+    ``algo.stop()`` does this too (through the driver's local EnvRunner); afterwards this returns
+    the final audit it recorded."""
+    key = id(algorithm)
+    if key not in _CLUSTERS:
+        return _FINALS.get(key)
+    return _stop_plane(key, timeout)
+
+
+def stop_plane(cluster: Any, timeout: float = 60.0) -> dict[str, Any] | None:
+    """``algo.stop()``: the driver's local EnvRunner ends the plane it was attached to (see :func:`shutdown`)."""
+    key = next((k for k, c in _CLUSTERS.items() if c is cluster), None)
+    return None if key is None else _stop_plane(key, timeout)
+
+
+def _stop_plane(key: int, timeout: float) -> dict[str, Any]:
+    """Detach the learners, close the planes (final audit), end their actors; the final audit is kept
+    for :func:`shutdown` and written to ``conduit_final_audit.json`` in the algorithm's log directory
+    (under Tune: the trial's directory)."""
+    import json
+    import logging
+    import os
+
+    cluster = _CLUSTERS.pop(key)
+    ref = _ALGOS.get(key)
+    algorithm = ref() if ref is not None else None
+    if algorithm is not None:
+        with contextlib.suppress(Exception):  # the learners may already be gone; the plane still closes
+            algorithm.learner_group.foreach_learner(lambda learner: learner.conduit_detach())
+    final = cluster.shutdown(timeout=timeout)
+    _FINALS[key] = final
+    logdir = getattr(algorithm, "logdir", None) if algorithm is not None else None
+    if logdir and os.path.isdir(logdir):
+        try:
+            with open(os.path.join(logdir, FINAL_AUDIT_FILE), "w") as f:
+                json.dump(final, f, indent=1, default=str)
+        except OSError as exc:
+            logging.getLogger("conduit.runtime.rllib").warning("could not write the final audit to %s: %r",
+                                                               logdir, exc)
+    return final

@@ -19,6 +19,7 @@ now, with an :class:`~conduit.runtime.rllib.plan.EnableError` naming the setting
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -48,6 +49,8 @@ OPTIONS: dict[str, str] = {
     "verify_checksums": "check every delivered chunk's bytes against its ingest checksum (default False)",
     "max_restarts": "times Ray restarts a plane actor whose process died (default 3; 0: never, -1: no limit)",
     "restart_timeout": "seconds a caller waits for a restarted plane actor to answer (default 120)",
+    "metrics_export_s": "seconds between publications of the plane's counters through ray.util.metrics "
+                        "(default 10; 0: off)",
 }
 
 
@@ -117,6 +120,11 @@ def _check_plane_options(out: Mapping[str, Any]) -> None:
             resolve_topology(topo)
         except (ConduitError, OSError, ValueError) as exc:
             raise EnableError(f"enable(): topology={topo!r}: {exc}") from None
+    export = out.get("metrics_export_s")
+    if export is not None and (isinstance(export, bool) or not isinstance(export, (int, float))
+                               or not math.isfinite(export) or export < 0):
+        raise EnableError(f"enable(): metrics_export_s must be a finite number of seconds >= 0 (0: off), "
+                          f"got {export!r}")
     window = out.get("coalesce_s")
     if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float)) or window < 0):
         raise EnableError(f"enable(): coalesce_s must be a non-negative number of seconds, got {window!r}")

@@ -94,7 +94,8 @@ class ConduitEnvRunnerMixin:
         """Hand the sample to the sender thread; returns its env steps (the RPC need not wait for the send)."""
         steps = sum(len(e) for e in episodes)
         if steps:
-            cid = f"r{self.worker_index}-{next(self._cd_seq)}"
+            tag = getattr(self._cd_cluster, "run_tag", None)  # unique per plane: a restored table's ids stay unique
+            cid = f"r{self.worker_index}-{tag}-{next(self._cd_seq)}" if tag else f"r{self.worker_index}-{next(self._cd_seq)}"
             if self._cd_sender is None:
                 self._cd_sender = _Sender(self)
             self._cd_sender.send(episodes, int(self._weights_seq_no), cid, time.time())
@@ -107,6 +108,17 @@ class ConduitEnvRunnerMixin:
         if getattr(self, "_cd_sender", None) is not None:
             with contextlib.suppress(Exception):  # the plane may be gone already; stopping must not fail
                 self._cd_sender.flush()
+        if getattr(self, "_cd_cluster", None) is not None and self.worker_index == 0:
+            # the driver's local runner: the algorithm is stopping (Algorithm.cleanup stops the EnvRunners
+            # after the learners), so its plane actors end too, final audit recorded (callbacks.stop_plane)
+            from conduit.runtime.rllib.callbacks import stop_plane
+
+            try:
+                stop_plane(self._cd_cluster)
+            except Exception as exc:  # noqa: BLE001 - stopping must not fail; the actors die with the driver
+                import logging
+
+                logging.getLogger("conduit.runtime.rllib").warning("could not stop the plane: %r", exc)
         super().stop()
 
     def conduit_flush(self) -> int:

@@ -115,6 +115,53 @@ class ConduitLearnerMixin:
         with self._cd_prio_lock:
             self._cd_prio_refs.append(ref)
 
+    # ------------------------------------------------------------------ checkpoints (conduit.runtime.rllib.checkpoint)
+    def get_checkpointable_components(self) -> list:
+        from conduit.runtime.rllib.checkpoint import COMPONENT, PlaneState
+
+        return [*super().get_checkpointable_components(), (COMPONENT, PlaneState(self))]
+
+    def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict:
+        from conduit.runtime.rllib.checkpoint import COMPONENT, PlaneState
+
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        if getattr(self, "_cd_cluster", None) is not None and components is None and \
+                self._check_component(COMPONENT, components, not_components):
+            state[COMPONENT] = PlaneState(self).get_state()  # only for a whole-learner state (checkpoints)
+        return state
+
+    def set_state(self, state: dict) -> None:
+        from conduit.runtime.rllib.checkpoint import COMPONENT
+
+        if COMPONENT in state:
+            state = dict(state)
+            plane = state.pop(COMPONENT)
+            if plane:
+                self.conduit_restore(plane)
+        super().set_state(state)
+
+    def conduit_restore(self, state: dict) -> None:
+        """Load a checkpoint's plane state (:class:`~conduit.runtime.rllib.checkpoint.PlaneState`) into this
+        learner's (fresh) plane. Without the Replay table the plane warms up again, and until it has, the
+        updates the driver asks for are skipped (counted as ``warmup_skipped_updates``)."""
+        import logging
+
+        cluster = getattr(self, "_cd_cluster", None)
+        if cluster is None:
+            raise ConduitError("a Conduit checkpoint can only be restored into an algorithm built from enable() "
+                               "(its learner is attached to a plane)")
+        try:
+            got = cluster.restore(state["planes"])
+        except ConduitError as exc:
+            raise ConduitError(f"{exc}. Restore a Conduit checkpoint into a freshly built algorithm "
+                               "(Algorithm.from_checkpoint(path), or build_algo() then restore_from_path(path) "
+                               "before training)") from exc
+        self._cd_rewarm = self.conduit_plan.family == REPLAY and not state.get("table")
+        logging.getLogger("conduit.runtime.rllib").info(
+            "restored the plane: %d chunks (%d samples) back in the Replay table, %d samples dropped at the "
+            "checkpoint%s", got["chunks"], got["samples"], got["dropped"],
+            "; the table warms up again" if self._cd_rewarm else "")
+
     def _cd_training_data(self, version: int, timeout: float) -> Any:
         """This update's data from the plane, as RLlib's ``TrainingData``."""
         from ray.rllib.core.learner.training_data import TrainingData
@@ -153,6 +200,17 @@ class ConduitLearnerMixin:
         for key in DATA_ARGS:  # the driver's placeholders: the data comes from the plane
             kwargs.pop(key, None)
         plan = self.conduit_plan
+        if getattr(self, "_cd_rewarm", False):  # restored without the table: the driver's loop does not know
+            if cluster.warming_up(self._cd_id):
+                self.metrics.log_value((ALL_MODULES, METRICS_KEY, "warmup_skipped_updates"), 1, reduce="sum")
+                if kwargs.get("_no_metrics_reduce"):
+                    return None
+                results = self.metrics.reduce()
+                for module_results in results.values():  # no update ran: no TD errors to update priorities with
+                    if isinstance(module_results, dict):
+                        module_results.pop("td_error", None)
+                return results
+            self._cd_rewarm = False
         t0 = time.time()
         data = self._cd_training_data(int(self._weights_seq_no), plan.options.get("delivery_timeout", 600.0))
         self.metrics.log_value((ALL_MODULES, METRICS_KEY, "delivery_ms"), (time.time() - t0) * 1e3, window=20)

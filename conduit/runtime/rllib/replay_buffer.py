@@ -22,7 +22,22 @@ IMPORT_PATH = "conduit.runtime.rllib.replay_buffer.ConduitEpisodeReplayBuffer"  
 TICKET_KEY = "conduit_replay_ticket"
 
 
-class ConduitEpisodeReplayBuffer(EpisodeReplayBuffer):
+class _NamedBufferType(type(EpisodeReplayBuffer)):
+    """The buffer class's metaclass: ``"EpisodeReplayBuffer" in ConduitEpisodeReplayBuffer`` is True.
+
+    Why: ``AlgorithmConfig.update_from_dict`` (``algorithm_config.py``) turns an import-path buffer
+    ``type`` into the class (``deserialize_type``), and ``Algorithm._create_local_replay_buffer_if_necessary``
+    (``algorithm.py``) then tests ``"EpisodeReplayBuffer" in type`` as if it were still a string, which
+    raises ``TypeError`` for any class. Ray Tune always takes that road (``Tuner`` passes
+    ``param_space.to_dict()``, the trial's algorithm rebuilds its config with ``update_from_dict``).
+    Answering the substring test on the class name keeps RLlib's own check working, unchanged.
+    """
+
+    def __contains__(cls, text: object) -> bool:
+        return isinstance(text, str) and text in cls.__name__
+
+
+class ConduitEpisodeReplayBuffer(EpisodeReplayBuffer, metaclass=_NamedBufferType):
     """The driver-side stand-in for RLlib's episode replay buffer (import path :data:`IMPORT_PATH`)."""
 
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16, batch_length_T: int = 1, **kwargs: Any):
