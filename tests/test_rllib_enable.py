@@ -127,6 +127,14 @@ BAD_CONFIGS = {
         lambda: APPOConfig().environment("CartPole-v1").learners(num_aggregator_actors_per_learner=1),
         "num_aggregator_actors_per_learner",
     ),
+    "appo_vectorized": (
+        lambda: APPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2),
+        "APPO with num_envs_per_env_runner=2",
+    ),
+    "impala_vectorized": (
+        lambda: IMPALAConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=4),
+        "IMPALA with num_envs_per_env_runner=4",
+    ),
     "dqn_tuple_n_step": (
         lambda: DQNConfig().environment("CartPole-v1").training(n_step=(2, 5)),
         r"n_step=\(2, 5\)",
@@ -292,6 +300,11 @@ def test_enable_ppo_batch_is_what_rllib_samples(runners, envs, fragment, batch, 
     assert plan.batch_steps == expected
     assert plan.batch_steps >= batch and plan.batch_steps % per_round == 0
     assert plan.chunk_steps % envs == 0
+    # vectorized sample calls return up to envs - 1 steps more each (gymnasium's NEXT_STEP autoreset):
+    # the plane's batches can hold that much more, and the learner sizes each one from the tickets
+    rounds = plan.batch_steps // per_round
+    assert plan.batch_slack == rounds * max(1, runners) * (envs - 1)
+    assert plan.plane_batch_steps == plan.batch_steps + plan.batch_slack
 
 
 def test_enable_ppo_chunk_steps_and_value_pass_options():

@@ -61,8 +61,16 @@ class Plan:
     chunk_steps: int | None  # on_policy: sub-chunk size a runner streams while it samples
     n_step: int = 1
     gamma: float = 0.99
+    batch_slack: int = 0  # on_policy: steps a round may sample beyond batch_steps (vectorized envs)
     notes: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def plane_batch_steps(self) -> int:
+        """The plane's batch size: the most one batch can hold. On-policy rounds with vectorized envs
+        vary in size, so the learner announces each batch's exact size (``size_batch``) from the
+        EnvRunners' tickets."""
+        return self.batch_steps + self.batch_slack
 
     @property
     def returns_ticket(self) -> bool:
@@ -140,12 +148,26 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0 or chunk % envs:
             raise EnableError(f"enable(): chunk_steps must be a positive multiple of num_envs_per_env_runner "
                               f"({envs}), got {chunk!r}")
+        # RLlib's vectorized envs reset a finished sub-env on the next vector step (gymnasium's
+        # NEXT_STEP autoreset), and that step is no env step for the sub-env, so a sample call of n
+        # steps returns between n and n + num_envs - 1 (single_agent_env_runner.py:_sample loops
+        # `while ts < num_timesteps`, each vector step adding num_envs minus the resetting sub-envs).
+        # A round can hold that many more per EnvRunner; the learner sizes each batch exactly.
+        slack = rounds * max(1, runners) * (envs - 1)
         return Plan(name, ON_POLICY, TRAJECTORY, OnPolicy(), per_round * rounds, min(chunk, smallest),
-                    gamma=float(config.gamma), options=options)
+                    gamma=float(config.gamma), batch_slack=slack, options=options)
     if name in ("APPO", "IMPALA"):
         if int(getattr(config, "num_aggregator_actors_per_learner", 0) or 0) > 0:
             raise EnableError("enable(): num_aggregator_actors_per_learner > 0 runs the learner connector in "
                               "aggregator actors, which Conduit's delivery replaces; set it to 0")
+        if int(config.num_envs_per_env_runner or 1) > 1:
+            # A sample call of n steps with vectorized envs returns up to num_envs - 1 more (see the PPO
+            # branch); APPO/IMPALA batches are a whole number of sample calls, so their size varies too,
+            # and their learner gets no step counts to size the plane's batch with (PPO's tickets do).
+            raise EnableError(f"enable(): {name} with num_envs_per_env_runner={config.num_envs_per_env_runner}: "
+                              "vectorized sample calls vary in length, and Conduit's BoundedStaleness batches "
+                              "cannot follow RLlib's per-call packaging yet; set num_envs_per_env_runner=1 "
+                              "(PPO, DQN and SAC take vectorized envs)")
         frag = frags[0]
         if len(set(frags)) > 1:
             raise EnableError(f"enable(): {name} needs the same rollout_fragment_length on every EnvRunner "

@@ -267,7 +267,7 @@ class ValueStream:
                                           "streamed)")
                 self._cond.wait(min(left, self.poll_s))
         batch = self.cluster.next_batch(self.learner_id, update=version, timeout=timeout, from_row=a.stop)
-        if batch.row_offset < a.rows:  # rows that landed between the last peek and the delivery
+        if batch.row_offset < batch.steps:  # rows that landed between the last peek and the delivery
             self._absorb(a, batch.row_offset, batch.columns, a.rows, batch.selections, batch.annotations)
         annotations = {**a.annotations, **batch.annotations}
         spaces = self.learner._cd_spaces
