@@ -110,6 +110,13 @@ def _cql():
     return CQLConfig().environment("Pendulum-v1")
 
 
+def _stateful_module():
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.rllib.examples.rl_modules.classes.lstm_containing_rlm import LSTMContainingRLModule
+
+    return _ppo().rl_module(rl_module_spec=RLModuleSpec(module_class=LSTMContainingRLModule))
+
+
 BAD_CONFIGS = {
     "old_api_stack": (
         lambda: _ppo().api_stack(enable_rl_module_and_learner=False, enable_env_runner_and_connector_v2=False),
@@ -135,6 +142,11 @@ BAD_CONFIGS = {
         lambda: IMPALAConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=4),
         "IMPALA with num_envs_per_env_runner=4",
     ),
+    "custom_learner_connector": (
+        lambda: _ppo().training(learner_connector=lambda obs_space, act_space: []),
+        r"training\(learner_connector=...\)",
+    ),
+    "stateful_custom_module": (_stateful_module, "module_class=LSTMContainingRLModule defines get_initial_state"),
     "dqn_tuple_n_step": (
         lambda: DQNConfig().environment("CartPole-v1").training(n_step=(2, 5)),
         r"n_step=\(2, 5\)",

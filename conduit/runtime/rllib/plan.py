@@ -122,6 +122,27 @@ def _check_common(config: Any, name: str) -> None:
     model = dict(getattr(config, "model_config", None) or {})
     if model.get("use_lstm") or model.get("use_attention"):
         raise EnableError("enable(): recurrent modules (model_config use_lstm/use_attention) are not supported yet")
+    spec = getattr(config, "_rl_module_spec", None)
+    module_class = getattr(spec, "module_class", None)
+    if isinstance(module_class, type):
+        initial_state = getattr(module_class, "get_initial_state", None)
+        owner = getattr(initial_state, "__module__", "") or ""
+        if initial_state is not None and not owner.startswith(("ray.rllib.core.", "ray.rllib.algorithms.")):
+            # RLlib's default modules define it too (empty unless use_lstm, checked above); a custom
+            # module that defines it carries a recurrent state the trajectory layout does not.
+            raise EnableError(f"enable(): rl_module(rl_module_spec=...) module_class={module_class.__name__} defines "
+                              "get_initial_state (a stateful module); stateful modules are not supported yet")
+    learner_connector = getattr(config, "_learner_connector", None)
+    learner_connector = getattr(learner_connector, "user_factory", learner_connector)  # instrument()'s entry piece
+    if learner_connector is not None:
+        # RLlib cuts an ongoing episode with `episode_lookback_horizon` steps of lookback
+        # (single_agent_env_runner.py:_sample, eps.cut(len_lookback_buffer=...)), and custom pieces
+        # such as FrameStackingLearner read it; the episodes Conduit rebuilds have no lookback, so
+        # such a piece would silently see other data than under stock RLlib.
+        raise EnableError("enable(): training(learner_connector=...) adds custom learner-connector pieces, which may "
+                          "read an episode's lookback buffer (e.g. RLlib's FrameStackingLearner); the episodes "
+                          "Conduit rebuilds on the learner do not carry it yet. Remove learner_connector (RLlib's "
+                          "default pieces are supported)")
 
 
 def make_plan(config: Any, options: dict[str, Any]) -> Plan:
