@@ -994,3 +994,22 @@ def test_streamed_gae_is_not_installed_over_a_custom_learner_connector():
         _learner_connector = None
 
     assert install_streamed_gae(NoPipeline()) is False
+
+
+def test_enable_keeps_rllibs_recording_runner_for_offline_output(tmp_path):
+    """``offline_data(output=...)`` makes RLlib sample with its recording ``OfflineSingleAgentEnvRunner``
+    (when ``env_runner_cls`` is unset); the Conduit runner must extend that one, or the recording would
+    silently stop. PPO then streams one chunk per sample call, so the recorded episodes are cut as in
+    stock RLlib; a smaller ``chunk_steps`` is refused."""
+    from ray.rllib.offline.offline_env_runner import OfflineSingleAgentEnvRunner
+
+    original = _ppo(train_batch_size_per_learner=400).env_runners(num_env_runners=2).offline_data(
+        output=f"local://{tmp_path}", output_write_episodes=True)
+    cfg = enable(original)
+    assert issubclass(cfg.env_runner_cls, OfflineSingleAgentEnvRunner)
+    assert _plan(cfg).chunk_steps == 200  # a whole fragment per chunk
+    assert not issubclass(enable(_ppo()).env_runner_cls, OfflineSingleAgentEnvRunner)
+    dqn = enable(DQNConfig().environment("CartPole-v1").offline_data(output=f"local://{tmp_path}"))
+    assert issubclass(dqn.env_runner_cls, OfflineSingleAgentEnvRunner)
+    with pytest.raises(EnableError, match="chunk_steps=50 with offline_data"):
+        enable(original, chunk_steps=50)

@@ -164,8 +164,14 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
         chunk = options.get("chunk_steps")
         smallest = min(frags)
         envs = max(1, int(config.num_envs_per_env_runner))
+        recording = bool(getattr(config, "output", None))
+        if recording and chunk is not None and chunk < smallest:
+            raise EnableError(f"enable(): chunk_steps={chunk} with offline_data(output=...): RLlib records each "
+                              "sample() call's episodes, and sub-chunks would cut the recorded episodes more often "
+                              f"than stock; leave chunk_steps unset (a whole fragment, {smallest} steps, is streamed)")
         if chunk is None:
-            chunk = max(envs, math.ceil(smallest / 8 / envs) * envs)
+            # recording (output=...): one chunk per sample call, so the recorded episodes are cut as in stock RLlib
+            chunk = smallest if recording else max(envs, math.ceil(smallest / 8 / envs) * envs)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0 or chunk % envs:
             raise EnableError(f"enable(): chunk_steps must be a positive multiple of num_envs_per_env_runner "
                               f"({envs}), got {chunk!r}")
