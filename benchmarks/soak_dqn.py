@@ -65,6 +65,24 @@ def _plane_probe(actor, plane_self) -> dict:
             "auditor_retired": retired, "retired_window": window}
 
 
+def _trace_start(plane_self) -> bool:
+    """Inside the plane actor: start tracemalloc and keep a first snapshot."""
+    import tracemalloc
+
+    tracemalloc.start(1)
+    plane_self._soak_snapshot = tracemalloc.take_snapshot()
+    return True
+
+
+def _trace_top(plane_self, n: int) -> list[str]:
+    """Inside the plane actor: the ``n`` source lines whose traced memory grew most since the first snapshot."""
+    import tracemalloc
+
+    stats = tracemalloc.take_snapshot().compare_to(plane_self._soak_snapshot, "lineno")
+    tracemalloc.stop()
+    return [str(s) for s in stats[:n]]
+
+
 def _probe(actor) -> dict:
     import ray
 
@@ -138,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/soak", help="folder for soak.csv, soak.png, summary.json")
     ap.add_argument("--capacity", type=int, default=None,
                     help="replay capacity in steps (default: RLlib's, 50,000); smaller reaches steady state sooner")
+    ap.add_argument("--trace-top", type=int, default=0,
+                    help="trace the plane actor's Python allocations (tracemalloc) over the second half and report "
+                         "the N source lines that grew most (slows the plane; default off)")
     ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray instance (default 2)")
     ap.add_argument("--max-plane-slope", type=float, default=32.0,
                     help="MiB/h the plane actor's RSS may grow over the second half (default 32)")
@@ -160,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
              _temp_dir=tempfile.mkdtemp(prefix="conduit-soak-"), object_store_memory=256 * MiB)
     rows: list[dict] = []
     final: dict = {}
+    top: list[str] = []
     try:
         algo = enable(build_config(0.5, args.capacity)).build_algo()
         try:
@@ -172,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             state = {"iteration": 0, "env_steps": 0}
             stop = threading.Event()
             errors: list[BaseException] = []
+            traced: list[bool] = []
 
             def sample() -> None:  # a thread: one row per interval, while train() runs
                 with open(out / "soak.csv", "w", newline="") as f:
@@ -203,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"{row['env_steps']:>8}  plane {row['plane_rss_mib']:7.1f} MiB  auditor "
                               f"{row['auditor_mib']:6.2f} MiB  tiers {row['tier_used_mib']:6.2f} MiB  violations "
                               f"{row['violations']}", flush=True)
+                        if args.trace_top and not traced and now - t0 >= args.minutes * 30.0:
+                            traced.append(ray.get(actor.__ray_call__.remote(_trace_start), timeout=120))
                         if stop.wait(args.interval):
                             return
 
@@ -218,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                 sampler.join(timeout=180)
             if errors:
                 raise errors[0]
+            if traced:
+                top = ray.get(actor.__ray_call__.remote(_trace_top, args.trace_top), timeout=300)
         finally:
             algo.stop()
             final = shutdown(algo) or {}
@@ -260,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     if window_full and slopes["auditor_mib"] > args.max_auditor_slope:
         failures.append(f"auditor grows {slopes['auditor_mib']:.2f} MiB/h > {args.max_auditor_slope} with its "
                         "retired-chunk window full")
+    if top:
+        summary["plane_tracemalloc_growth_second_half"] = top
     summary["failures"] = failures
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot(rows, out / "soak.png", slopes)
