@@ -11,7 +11,7 @@ DEMO_STAMP := $(VENV)/.conduit-demo
 FULL_STAMP := $(VENV)/.conduit-full
 TORCH := torch==2.13.0
 
-.PHONY: venv venv-demo test test-e2e demo lint bench study-convergence clean
+.PHONY: venv venv-demo test test-e2e demo lint bench study-convergence soak clean
 
 venv: $(FULL_STAMP)
 
@@ -51,6 +51,11 @@ bench: $(FULL_STAMP)
 
 study-convergence: $(FULL_STAMP)
 	$(PY) studies/rllib_convergence.py
+
+# DQN on CartPole through the plane for SOAK_MINUTES (30); memory CSV, plot and summary in results/soak
+SOAK_MINUTES ?= 30
+soak: $(FULL_STAMP)
+	$(PY) benchmarks/soak_dqn.py --minutes $(SOAK_MINUTES) --out results/soak
 
 lint: $(FULL_STAMP)
 	$(VENV)/bin/ruff check conduit tests studies benchmarks examples

@@ -110,6 +110,13 @@ def _cql():
     return CQLConfig().environment("Pendulum-v1")
 
 
+def _stateful_module():
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.rllib.examples.rl_modules.classes.lstm_containing_rlm import LSTMContainingRLModule
+
+    return _ppo().rl_module(rl_module_spec=RLModuleSpec(module_class=LSTMContainingRLModule))
+
+
 BAD_CONFIGS = {
     "old_api_stack": (
         lambda: _ppo().api_stack(enable_rl_module_and_learner=False, enable_env_runner_and_connector_v2=False),
@@ -127,6 +134,19 @@ BAD_CONFIGS = {
         lambda: APPOConfig().environment("CartPole-v1").learners(num_aggregator_actors_per_learner=1),
         "num_aggregator_actors_per_learner",
     ),
+    "appo_vectorized": (
+        lambda: APPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2),
+        "APPO with num_envs_per_env_runner=2",
+    ),
+    "impala_vectorized": (
+        lambda: IMPALAConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=4),
+        "IMPALA with num_envs_per_env_runner=4",
+    ),
+    "custom_learner_connector": (
+        lambda: _ppo().training(learner_connector=lambda obs_space, act_space: []),
+        r"training\(learner_connector=...\)",
+    ),
+    "stateful_custom_module": (_stateful_module, "module_class=LSTMContainingRLModule defines get_initial_state"),
     "dqn_tuple_n_step": (
         lambda: DQNConfig().environment("CartPole-v1").training(n_step=(2, 5)),
         r"n_step=\(2, 5\)",
@@ -296,6 +316,11 @@ def test_enable_ppo_batch_is_what_rllib_samples(runners, envs, fragment, batch, 
     assert plan.batch_steps == expected
     assert plan.batch_steps >= batch and plan.batch_steps % per_round == 0
     assert plan.chunk_steps % envs == 0
+    # vectorized sample calls return up to envs - 1 steps more each (gymnasium's NEXT_STEP autoreset):
+    # the plane's batches can hold that much more, and the learner sizes each one from the tickets
+    rounds = plan.batch_steps // per_round
+    assert plan.batch_slack == rounds * max(1, runners) * (envs - 1)
+    assert plan.plane_batch_steps == plan.batch_steps + plan.batch_slack
 
 
 def test_enable_ppo_chunk_steps_and_value_pass_options():
@@ -1039,3 +1064,22 @@ def test_replay_importance_weights_reach_the_train_batch_as_rllib_builds_it():
     other = DirectReplay()
     assert not other.verify(learner, payload, np.ones_like(weights), episodes)
     assert "weights" in other.reason
+
+
+def test_enable_keeps_rllibs_recording_runner_for_offline_output(tmp_path):
+    """``offline_data(output=...)`` makes RLlib sample with its recording ``OfflineSingleAgentEnvRunner``
+    (when ``env_runner_cls`` is unset); the Conduit runner must extend that one, or the recording would
+    silently stop. PPO then streams one chunk per sample call, so the recorded episodes are cut as in
+    stock RLlib; a smaller ``chunk_steps`` is refused."""
+    from ray.rllib.offline.offline_env_runner import OfflineSingleAgentEnvRunner
+
+    original = _ppo(train_batch_size_per_learner=400).env_runners(num_env_runners=2).offline_data(
+        output=f"local://{tmp_path}", output_write_episodes=True)
+    cfg = enable(original)
+    assert issubclass(cfg.env_runner_cls, OfflineSingleAgentEnvRunner)
+    assert _plan(cfg).chunk_steps == 200  # a whole fragment per chunk
+    assert not issubclass(enable(_ppo()).env_runner_cls, OfflineSingleAgentEnvRunner)
+    dqn = enable(DQNConfig().environment("CartPole-v1").offline_data(output=f"local://{tmp_path}"))
+    assert issubclass(dqn.env_runner_cls, OfflineSingleAgentEnvRunner)
+    with pytest.raises(EnableError, match="chunk_steps=50 with offline_data"):
+        enable(original, chunk_steps=50)

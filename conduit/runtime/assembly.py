@@ -97,8 +97,11 @@ class Assembly:
             if extent is None:
                 self.metrics_.count("batch_alloc_waits")
                 return
-            # OnPolicy after a restart: batch k is short by the version-k samples the restart lost
-            rows = max(0, self.batch_steps - self._shortfall.get(key, 0)) if self.rules.by_version else self.batch_steps
+            # OnPolicy: the size the learner announced (size_batch), less, after a restart, the samples
+            # of that version the restart lost
+            rows = q.sizes.get(key, self.batch_steps)
+            if self.rules.by_version:
+                rows = max(0, rows - self._shortfall.get(key, 0))
             build = BatchBuild(q.model.id, key, extent, rows)
             build.id = ("batch", q.model.id, next(self._ids))
             self.auditor.placed(build.id, q.tier.id, extent.nbytes, time.time())
@@ -112,6 +115,51 @@ class Assembly:
                 q.builds.pop(key, None)
                 q.ready.append(build)
                 self._cond.notify_all()
+
+    def size_batch(self, learner: str | None = None, *, update: int, rows: int) -> None:
+        """OnPolicy: batch ``update`` holds exactly ``rows`` samples (1 to ``batch_steps``).
+
+        Without it a batch holds ``batch_steps`` samples. A producer whose rounds vary in size (RLlib's
+        vectorized envs sample up to ``num_envs - 1`` steps more than asked) makes ``batch_steps`` the
+        most a round can hold; the learner, which knows how many steps round *k* sampled, announces
+        it here before it asks for the batch. The batch is then complete, and handed over, with
+        exactly those rows: its chunks stay whole. It may be called before the batch is opened; it
+        is an error when more than ``rows`` samples are already in the batch, or when the update was
+        already delivered."""
+        if isinstance(rows, bool) or not isinstance(rows, int | np.integer) or not 1 <= rows <= self.batch_steps:
+            raise ConduitError(f"size_batch: rows must be an integer in [1, {self.batch_steps}], got {rows!r}")
+        if isinstance(update, bool) or not isinstance(update, int | np.integer):
+            raise ConduitError(f"size_batch: update must be an integer, got {update!r}")
+        learner = learner or next(iter(self._learners))
+        if learner not in self._learners:
+            raise UnknownNameError("learner", learner, list(self._learners))
+        if not self.rules.by_version:
+            raise ConduitError("size_batch applies to OnPolicy batches (one per update)")
+        update, rows = int(update), int(rows)
+        q = self._learners[learner]
+        with self._cond:
+            self._check_open()
+            if update < q.next_update:
+                raise ConduitError(f"size_batch: learner {learner!r}: update {update} was already delivered")
+            q.sizes[update] = rows
+            rows = max(0, rows - self._shortfall.get(update, 0))  # after a restart: less what it lost
+            done = next((b for b in q.ready if b.key == update), None)
+            if done is not None and done.rows != rows:
+                raise ConduitError(f"size_batch: learner {learner!r}: batch {update} is complete with {done.rows} "
+                                   f"samples, not the {rows} announced")
+            build = q.builds.get(update)
+            if build is not None:
+                taken = build.reserved - sum(n for _, n in build.holes)
+                if taken > rows or build.reserved > rows:
+                    raise ConduitError(f"size_batch: learner {learner!r}: batch {update} already holds {taken} "
+                                       f"samples (rows up to {build.reserved}), more than the {rows} announced")
+                build.rows = rows
+                if build.complete and build.t_ready is None:
+                    build.t_ready = time.time()
+                    q.builds.pop(build.key, None)
+                    q.ready.append(build)
+            self._cond.notify_all()
+            self._pump()
 
     def _drop_stale(self, q: _Learner) -> None:
         for c in list(q.pending):
@@ -547,6 +595,7 @@ class Assembly:
                         q.pending.remove(c)
                         self._maybe_retire(c)  # its extent goes now; it leaves once its batches are released
                 q.next_update = max(q.next_update, update + 1)
+                q.sizes = {k: v for k, v in q.sizes.items() if k >= q.next_update}
                 q.opened = {k for k in q.opened if k >= q.next_update}
                 self._shortfall = {k: n for k, n in self._shortfall.items() if k >= q.next_update}
                 done = self._released.setdefault(update, set())

@@ -395,6 +395,11 @@ class _PlaneActor:
 
     @_portable
     @_method(concurrency_group="control")
+    def size_batch(self, learner: str | None = None, update: int = 0, rows: int = 0) -> None:
+        self._live().size_batch(learner, update=update, rows=rows)
+
+    @_portable
+    @_method(concurrency_group="control")
     def audit(self) -> dict[str, Any]:
         if self._final is not None:
             return self._final
@@ -895,6 +900,13 @@ class PlaneCluster:
         return _get(self.update_priorities_async(learner, ids, priorities))
 
     # ----------------------------------------------------------------------------- control
+    def size_batch(self, learner: str | None = None, *, update: int, rows: int) -> None:
+        """OnPolicy: the learner's batch ``update`` holds exactly ``rows`` samples (see
+        :meth:`ExperiencePlane.size_batch <conduit.runtime.plane.ExperiencePlane.size_batch>`)."""
+        self._check_live()
+        learner = self._learner(learner)
+        _get(self._actors[self._learners[learner]].size_batch.remote(learner, update=int(update), rows=int(rows)))
+
     def set_policy_version(self, version: int) -> None:
         """Every node's learners now have weights ``version``."""
         self._check_live()

@@ -109,6 +109,7 @@ class _Learner:
     opened: set = field(default_factory=set)  # OnPolicy: versions that already had their batch opened
     peeking: int = 0  # peek() calls blocked now: the learner is waiting for rows, as in next_batch
     peeked: BatchBuild | None = None  # the batch peek() chose: next_batch hands over this one next
+    sizes: dict[int, int] = field(default_factory=dict)  # OnPolicy: rows announced by size_batch, per update
 
     @property
     def asking(self) -> bool:

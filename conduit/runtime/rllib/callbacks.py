@@ -86,7 +86,7 @@ class ConduitCallback(RLlibCallback):
         node = LOCAL if lg.is_local else _values(lg.foreach_learner(lambda learner: _node_id()))[0]
         o = plan.options
         cluster = PlaneCluster.start(
-            schema, plan.contract, batch_steps=plan.batch_steps, learners={LEARNER_ID: node},
+            schema, plan.contract, batch_steps=plan.plane_batch_steps, learners={LEARNER_ID: node},
             policy=o.get("policy", "conduit"), params=o.get("params"), params_file=o.get("params_file"),
             capacities=o.get("capacities"), inline_bytes=o.get("inline_bytes", 256 << 10),
             prefetch_depth=o.get("prefetch_depth", 1), topology=o.get("topology"),

@@ -171,7 +171,14 @@ def enable(config: Any, **options: Any) -> Any:
     cfg = config.copy(copy_frozen=False)
     if plan.algorithm == "SAC" and not getattr(type(cfg), "_conduit_config", False):
         cfg.__class__ = _conduit_sac_config_class()
-    runner = cfg.env_runner_cls or SingleAgentEnvRunner
+    runner = cfg.env_runner_cls
+    if runner is None:  # RLlib's own choice (env_runner_group.py:EnvRunnerGroup.__init__): a recording runner
+        if getattr(cfg, "output", None):  # for offline_data(output=...), else the single-agent runner
+            from ray.rllib.offline.offline_env_runner import OfflineSingleAgentEnvRunner
+
+            runner = OfflineSingleAgentEnvRunner
+        else:
+            runner = SingleAgentEnvRunner
     if not issubclass(runner, SingleAgentEnvRunner):
         raise EnableError(f"enable(): env_runner_cls={runner.__name__} is not a SingleAgentEnvRunner; Conduit's "
                           "EnvRunner side extends the single-agent runner")

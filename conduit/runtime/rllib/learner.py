@@ -197,9 +197,11 @@ class ConduitLearnerMixin:
         if cluster is None:
             raise ConduitError("this Learner was built by conduit.runtime.rllib.enable() but never attached to a "
                                "plane: build the algorithm with config.build_algo() so the Conduit callback runs")
+        plan = self.conduit_plan
+        if plan.family == ON_POLICY:
+            self._cd_size_batch(cluster, kwargs)
         for key in DATA_ARGS:  # the driver's placeholders: the data comes from the plane
             kwargs.pop(key, None)
-        plan = self.conduit_plan
         if getattr(self, "_cd_rewarm", False):  # restored without the table: the driver's loop does not know
             if cluster.warming_up(self._cd_id):
                 self.metrics.log_value((ALL_MODULES, METRICS_KEY, "warmup_skipped_updates"), 1, reduce="sum")
@@ -235,6 +237,25 @@ class ConduitLearnerMixin:
             cluster.set_policy_version(int(self._weights_seq_no))
         return result
 
+    def _cd_size_batch(self, cluster: Any, kwargs: dict[str, Any]) -> None:
+        """PPO: tell the plane how many steps this update's batch holds, from the EnvRunners' tickets.
+
+        A round's size varies with vectorized envs (up to ``num_envs - 1`` steps more per sample call,
+        see :attr:`Plan.plane_batch_steps`); the tickets the driver passes carry each sample call's
+        exact step count, so batch *k* is exactly what round *k* sampled, whole chunks included."""
+        plan = self.conduit_plan
+        version = int(self._weights_seq_no)
+        steps = _ticket_steps(kwargs, version)
+        if steps is None:
+            if plan.batch_slack:
+                raise ConduitError("PPO with num_envs_per_env_runner > 1 samples rounds of varying size; the "
+                                   "learner sizes its batch from the EnvRunners' tickets, and this update() got none")
+            return
+        if not 0 < steps <= plan.plane_batch_steps:
+            raise ConduitError(f"the EnvRunners' tickets of update {version} count {steps} steps; a batch holds "
+                               f"1 to {plan.plane_batch_steps}")
+        cluster.size_batch(self._cd_id, update=version, rows=steps)
+
     def after_gradient_based_update(self, *, timesteps: Any) -> None:
         super().after_gradient_based_update(timesteps=timesteps)
         gae = getattr(self, "_cd_gae", None)
@@ -246,6 +267,23 @@ class ConduitLearnerMixin:
                 self.metrics.log_value((ALL_MODULES, METRICS_KEY, f"values_{name}"), n - seen.get(name, 0),
                                        reduce="sum")
             self._cd_gae_seen = dict(gae.counters)
+
+
+def _ticket_steps(kwargs: dict[str, Any], version: int) -> int | None:
+    """Env steps the PPO tickets of ``version`` in ``update()``'s data arguments count (None: no ticket)."""
+    from conduit.runtime.rllib.env_runner import TICKET_KEY
+
+    data = kwargs.get("training_data")
+    if data is not None:
+        if data.episodes is None and data.episodes_refs is not None:
+            data.solve_refs()
+        episodes = data.episodes or []
+    else:
+        episodes = kwargs.get("episodes") or []
+    tickets = [t for e in episodes if (t := getattr(e, "custom_data", {}).get(TICKET_KEY)) is not None]
+    if not tickets:
+        return None
+    return sum(int(t["steps"]) for t in tickets if int(t["version"]) == version)
 
 
 def conduit_learner_class(base: type | str, plan: Plan) -> type:

@@ -63,7 +63,15 @@ class Plan:
     chunk_steps: int | None  # on_policy: sub-chunk size a runner streams while it samples
     n_step: int = 1
     gamma: float = 0.99
+    batch_slack: int = 0  # on_policy: steps a round may sample beyond batch_steps (vectorized envs)
     options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def plane_batch_steps(self) -> int:
+        """The plane's batch size: the most one batch can hold. On-policy rounds with vectorized envs
+        vary in size, so the learner announces each batch's exact size (``size_batch``) from the
+        EnvRunners' tickets."""
+        return self.batch_steps + self.batch_slack
 
     @property
     def returns_ticket(self) -> bool:
@@ -115,6 +123,27 @@ def _check_common(config: Any, name: str) -> None:
     model = dict(getattr(config, "model_config", None) or {})
     if model.get("use_lstm") or model.get("use_attention"):
         raise EnableError("enable(): recurrent modules (model_config use_lstm/use_attention) are not supported yet")
+    spec = getattr(config, "_rl_module_spec", None)
+    module_class = getattr(spec, "module_class", None)
+    if isinstance(module_class, type):
+        initial_state = getattr(module_class, "get_initial_state", None)
+        owner = getattr(initial_state, "__module__", "") or ""
+        if initial_state is not None and not owner.startswith(("ray.rllib.core.", "ray.rllib.algorithms.")):
+            # RLlib's default modules define it too (empty unless use_lstm, checked above); a custom
+            # module that defines it carries a recurrent state the trajectory layout does not.
+            raise EnableError(f"enable(): rl_module(rl_module_spec=...) module_class={module_class.__name__} defines "
+                              "get_initial_state (a stateful module); stateful modules are not supported yet")
+    learner_connector = getattr(config, "_learner_connector", None)
+    learner_connector = getattr(learner_connector, "user_factory", learner_connector)  # instrument()'s entry piece
+    if learner_connector is not None:
+        # RLlib cuts an ongoing episode with `episode_lookback_horizon` steps of lookback
+        # (single_agent_env_runner.py:_sample, eps.cut(len_lookback_buffer=...)), and custom pieces
+        # such as FrameStackingLearner read it; the episodes Conduit rebuilds have no lookback, so
+        # such a piece would silently see other data than under stock RLlib.
+        raise EnableError("enable(): training(learner_connector=...) adds custom learner-connector pieces, which may "
+                          "read an episode's lookback buffer (e.g. RLlib's FrameStackingLearner); the episodes "
+                          "Conduit rebuilds on the learner do not carry it yet. Remove learner_connector (RLlib's "
+                          "default pieces are supported)")
 
 
 def make_plan(config: Any, options: dict[str, Any]) -> Plan:
@@ -135,17 +164,37 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
         chunk = options.get("chunk_steps")
         smallest = min(frags)
         envs = max(1, int(config.num_envs_per_env_runner))
+        recording = bool(getattr(config, "output", None))
+        if recording and chunk is not None and chunk < smallest:
+            raise EnableError(f"enable(): chunk_steps={chunk} with offline_data(output=...): RLlib records each "
+                              "sample() call's episodes, and sub-chunks would cut the recorded episodes more often "
+                              f"than stock; leave chunk_steps unset (a whole fragment, {smallest} steps, is streamed)")
         if chunk is None:
-            chunk = max(envs, math.ceil(smallest / 8 / envs) * envs)
+            # recording (output=...): one chunk per sample call, so the recorded episodes are cut as in stock RLlib
+            chunk = smallest if recording else max(envs, math.ceil(smallest / 8 / envs) * envs)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0 or chunk % envs:
             raise EnableError(f"enable(): chunk_steps must be a positive multiple of num_envs_per_env_runner "
                               f"({envs}), got {chunk!r}")
+        # RLlib's vectorized envs reset a finished sub-env on the next vector step (gymnasium's
+        # NEXT_STEP autoreset), and that step is no env step for the sub-env, so a sample call of n
+        # steps returns between n and n + num_envs - 1 (single_agent_env_runner.py:_sample loops
+        # `while ts < num_timesteps`, each vector step adding num_envs minus the resetting sub-envs).
+        # A round can hold that many more per EnvRunner; the learner sizes each batch exactly.
+        slack = rounds * max(1, runners) * (envs - 1)
         return Plan(name, ON_POLICY, TRAJECTORY, OnPolicy(), per_round * rounds, min(chunk, smallest),
-                    gamma=float(config.gamma), options=options)
+                    gamma=float(config.gamma), batch_slack=slack, options=options)
     if name in ("APPO", "IMPALA"):
         if int(getattr(config, "num_aggregator_actors_per_learner", 0) or 0) > 0:
             raise EnableError("enable(): num_aggregator_actors_per_learner > 0 runs the learner connector in "
                               "aggregator actors, which Conduit's delivery replaces; set it to 0")
+        if int(config.num_envs_per_env_runner or 1) > 1:
+            # A sample call of n steps with vectorized envs returns up to num_envs - 1 more (see the PPO
+            # branch); APPO/IMPALA batches are a whole number of sample calls, so their size varies too,
+            # and their learner gets no step counts to size the plane's batch with (PPO's tickets do).
+            raise EnableError(f"enable(): {name} with num_envs_per_env_runner={config.num_envs_per_env_runner}: "
+                              "vectorized sample calls vary in length, and Conduit's BoundedStaleness batches "
+                              "cannot follow RLlib's per-call packaging yet; set num_envs_per_env_runner=1 "
+                              "(PPO, DQN and SAC take vectorized envs)")
         frag = frags[0]
         if len(set(frags)) > 1:
             raise EnableError(f"enable(): {name} needs the same rollout_fragment_length on every EnvRunner "

@@ -294,7 +294,7 @@ class ValueStream:
                 self._restart(version)
         if batch.steps == 0:  # every sample of this batch was lost with the plane
             return []
-        if batch.row_offset < a.rows:  # rows that landed between the last peek and the delivery
+        if batch.row_offset < batch.steps:  # rows that landed between the last peek and the delivery
             self._absorb(a, batch.row_offset, batch.columns, a.rows, batch.selections, batch.annotations)
         annotations = {**a.annotations, **batch.annotations}
         spaces = self.learner._cd_spaces
