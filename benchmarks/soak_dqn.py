@@ -58,7 +58,16 @@ def _plane_probe(actor, plane_self) -> dict:
     plane = plane_self._plane
     with plane._cond:  # the auditor is not mutated while it is walked
         aud = plane.auditor
-        size = audit_memory._graph_size(aud)
+        # a recoverable plane's auditor journals through a sink bound to the plane: walking it would
+        # count the whole plane (tiers included); the auditor's own state is what is measured
+        sink = getattr(aud, "_sink", None)
+        if sink is not None:
+            aud._sink = None
+        try:
+            size = audit_memory._graph_size(aud)
+        finally:
+            if sink is not None:
+                aud._sink = sink
         used = sum(t.used for t in plane.tiers.values())
         remembered, retired, window = len(aud._chunks), len(aud._retired), aud.RETIRED_WINDOW
     return {"pid": os.getpid(), "auditor_bytes": size, "tier_used_bytes": used, "auditor_chunks": remembered,
