@@ -408,11 +408,22 @@ def test_other_broken_pipes_are_not_a_success(capsys, monkeypatch):
         main(["topology", "list"])
 
 
+#: the resource tracker's pipe breaks on every write (as when the tracker cannot start or died):
+#: deterministic, where a tracker executable that exits at once races with the writes (Python
+#: relaunches a dead tracker, and a write before the exit succeeds)
+_BROKEN_TRACKER = """
+import errno, os, types
+from multiprocessing import resource_tracker as rt
+def _write(fd, data):
+    raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+rt.os = types.SimpleNamespace(**{**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")}, "write": _write})
+"""
+
+
 def test_calibrate_without_a_resource_tracker_is_an_error(tmp_path):
     out = tmp_path / "machine.yaml"
     result = subprocess_conduit("calibrate", "--quick", "--no-ray", "--no-disk", "--out", str(out),
-                                prelude="import multiprocessing; multiprocessing.set_executable('/bin/false')",
-                                timeout=120)
+                                prelude=f"exec({_BROKEN_TRACKER!r})", timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "resource tracker" in result.stderr and "Traceback" not in result.stderr
     assert not out.exists()

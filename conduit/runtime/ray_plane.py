@@ -897,7 +897,9 @@ class PlaneCluster:
         """Replay: new priorities (e.g. a learner's TD errors) for the samples ``ids`` of a batch this
         learner got (``RemoteBatch.replay_ids``), applied by the sampler of the learner's node; ids
         evicted since their draw are skipped and counted. Returns how many were skipped."""
-        return _get(self.update_priorities_async(learner, ids, priorities))
+        learner = self._learner(learner)
+        ids, priorities = np.asarray(ids, np.int64), np.asarray(priorities, np.float64)
+        return self._call(self._learners[learner], lambda a: a.update_priorities.remote(ids, priorities))
 
     # ----------------------------------------------------------------------------- control
     def size_batch(self, learner: str | None = None, *, update: int, rows: int) -> None:
@@ -905,7 +907,8 @@ class PlaneCluster:
         :meth:`ExperiencePlane.size_batch <conduit.runtime.plane.ExperiencePlane.size_batch>`)."""
         self._check_live()
         learner = self._learner(learner)
-        _get(self._actors[self._learners[learner]].size_batch.remote(learner, update=int(update), rows=int(rows)))
+        self._call(self._learners[learner],
+                   lambda a: a.size_batch.remote(learner, update=int(update), rows=int(rows)))
 
     def set_policy_version(self, version: int) -> None:
         """Every node's learners now have weights ``version``."""
@@ -933,7 +936,7 @@ class PlaneCluster:
         """Every node's checkpoint (:meth:`ExperiencePlane.snapshot`), keyed by the learners it serves
         (node ids change between runs; learner ids do not)."""
         self._check_live()
-        got = _get([a.snapshot.remote(table) for a in self._actors.values()])
+        got = [self._call(node, lambda a: a.snapshot.remote(table)) for node in self._actors]
         return {self._key(node): snap for node, snap in zip(self._actors, got, strict=True)}
 
     def restore(self, snaps: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
@@ -943,13 +946,13 @@ class PlaneCluster:
         if set(snaps) != set(keys):
             raise ConduitError(f"restore: the checkpoint has planes for learners {sorted(snaps)}, this cluster "
                                f"for {sorted(keys)}")
-        got = _get([self._actors[keys[k]].restore.remote(dict(snap)) for k, snap in snaps.items()])
+        got = [self._call(keys[k], lambda a, snap=snap: a.restore.remote(dict(snap))) for k, snap in snaps.items()]
         return {k: sum(g[k] for g in got) for k in ("chunks", "samples", "dropped")}
 
     def warming_up(self, learner: str | None = None) -> bool:
         """Whether the learner's Replay table is still warming up (no sample before ``min_size`` steps)."""
         self._check_live()
-        return bool(_get(self._actors[self._learners[self._learner(learner)]].warming_up.remote()))
+        return bool(self._call(self._learners[self._learner(learner)], lambda a: a.warming_up.remote()))
 
     def shutdown(self, timeout: float = 60.0) -> dict[str, Any]:
         """Close every plane (collecting the final audits), then end the actors; returns the merged

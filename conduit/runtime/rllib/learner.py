@@ -29,6 +29,7 @@ pass over the whole batch after sampling; the advantages are computed by RLlib's
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, ClassVar
@@ -91,8 +92,20 @@ class ConduitLearnerMixin:
     def _cd_flush_priorities(self) -> None:
         with self._cd_prio_lock:
             refs, self._cd_prio_refs = self._cd_prio_refs, []
-        if refs:  # the plane counts updates for samples evicted meanwhile (priority_updates_dropped)
+        if not refs:
+            return
+        import ray
+
+        try:  # the plane counts updates for samples evicted meanwhile (priority_updates_dropped)
             self._cd_cluster.get(refs)
+        except ray.exceptions.RayActorError as exc:
+            # sent to a plane that died: the samples they name died with it (memory tiers) or came back
+            # under new ids (taken over from NVMe, at the sampler's starting priority): nothing to update
+            from ray.rllib.core import ALL_MODULES
+
+            self.metrics.log_value((ALL_MODULES, METRICS_KEY, "priority_updates_lost"), len(refs), reduce="sum")
+            logging.getLogger("conduit.runtime.rllib").warning(
+                "%d priority updates were lost with a plane restart: %s", len(refs), type(exc).__name__)
 
     def _cd_send_priorities(self, result: Any) -> None:
         """Replay: this update's TD errors (as RLlib's ``training_step`` collects them) to the plane's sampler."""
