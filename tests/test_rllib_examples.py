@@ -251,7 +251,7 @@ CASES = {
     "sync_vectorization": Case("envs/async_gym_env_vectorization.py --vectorize-mode=sync",
                                functools.partial(async_gym_env_vectorization, "sync")),
     "custom_gym_env": Case("envs/custom_gym_env.py", custom_gym_env),
-    "custom_loss_fn": Case("learners/ppo_with_custom_loss_fn.py", ppo_with_custom_loss_fn, fast=True),
+    "custom_loss_fn": Case("learners/ppo_with_custom_loss_fn.py", ppo_with_custom_loss_fn),
     "separate_vf_optimizer": Case("learners/separate_vf_lr_and_optimizer.py", separate_vf_lr_and_optimizer),
     "torch_lr_schedulers": Case("learners/ppo_with_torch_lr_schedulers.py", ppo_with_torch_lr_schedulers),
     "mean_std_filter": Case("connectors/mean_std_filtering.py", mean_std_filtering, fast=True),

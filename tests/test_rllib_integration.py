@@ -182,7 +182,8 @@ def test_dqn_replay_from_the_plane(local_ray):
     assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0
 
 
-@pytest.mark.parametrize("buffer", ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"])
+@pytest.mark.parametrize("buffer", [pytest.param("EpisodeReplayBuffer", marks=pytest.mark.e2e),  # DQN covers uniform
+                                    "PrioritizedEpisodeReplayBuffer"])
 def test_sac_replay_from_the_plane(local_ray, buffer):
     from ray.rllib.algorithms.sac import SACConfig
 
