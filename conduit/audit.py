@@ -568,7 +568,7 @@ class Auditor:
         for cid, indices in selections:
             st = chunks.get(cid)
             if st is None:
-                self._unknown_chunk(cid, indices, update, t)
+                self._unknown_chunk(cid, indices, f"delivered to update {update} at t={t:g}")
                 continue
             idx, n, bad = normalize_indices(indices, st.steps)
             if bad:
@@ -583,7 +583,7 @@ class Auditor:
             total += n
             nbytes += n * st.bytes_per_step
             if st.removed or st.n_dropped:
-                self._deliver_gone(st, idx, n, update, t)
+                self._deliver_gone(st, idx, n, f"being delivered to update {update} at t={t:g}")
             if not admits(st.version, update):
                 self._stale(st, idx, n, update, t)
             if st.removed:
@@ -622,17 +622,7 @@ class Auditor:
         for cid, indices in selections:
             st = chunks.get(cid)
             if st is None:
-                try:
-                    n = max(1, selection_size(indices))
-                except ConduitError:
-                    n = 1
-                self._violate(
-                    ViolationKind.UNKNOWN_SAMPLE,
-                    n,
-                    f"{n} samples of chunk {cid!r} were drawn at t={t:g}, but it was never ingested "
-                    f"or retired more than {self.RETIRED_WINDOW} chunks ago"
-                    if self._wants_example(ViolationKind.UNKNOWN_SAMPLE) else None,
-                )
+                self._unknown_chunk(cid, indices, f"drawn by the sampler at t={t:g}")
                 continue
             idx, n, bad = normalize_indices(indices, st.steps)
             if bad:
@@ -643,20 +633,10 @@ class Auditor:
                 )
             self._drawn_samples += n
             if n and (st.removed or st.n_dropped):
-                if st.removed or st.dropped is None:
-                    gone = n
-                else:
-                    gone = int(np.count_nonzero(st.dropped[idx]))
-                if gone:
-                    what = "left the plane" if st.removed else "were dropped"
-                    self._violate(
-                        ViolationKind.EVICTED_THEN_SAMPLED,
-                        gone,
-                        f"{gone} samples of chunk {st.id!r} {_describe(idx)} {what} before the "
-                        f"sampler drew them at t={t:g}",
-                    )
+                self._deliver_gone(st, idx, n, f"the sampler drew them at t={t:g}")
 
-    def _unknown_chunk(self, cid: Hashable, indices: Any, update: int, t: float) -> None:
+    def _unknown_chunk(self, cid: Hashable, indices: Any, when: str) -> None:
+        """Samples of a chunk the auditor does not know were used (``when``: drawn, or delivered)."""
         try:
             n = max(1, selection_size(indices))
         except ConduitError:
@@ -665,14 +645,12 @@ class Auditor:
         if self._wants_example(ViolationKind.UNKNOWN_SAMPLE):
             message = (
                 f"chunk {cid!r} was never ingested, or retired more than "
-                f"{self.RETIRED_WINDOW} chunks ago, but {n} of its samples were delivered to "
-                f"update {update} at t={t:g}"
+                f"{self.RETIRED_WINDOW} chunks ago, but {n} of its samples were {when}"
             )
         self._violate(ViolationKind.UNKNOWN_SAMPLE, n, message)
 
-    def _deliver_gone(
-        self, st: _ChunkState, idx: slice | np.ndarray, n: int, update: int, t: float
-    ) -> None:
+    def _deliver_gone(self, st: _ChunkState, idx: slice | np.ndarray, n: int, when: str) -> None:
+        """Samples that had left the plane, or been dropped, were used (``when``: drawn, or delivered)."""
         if st.removed or st.dropped is None:  # gone whole (a uniform chunk dropped all)
             gone = n
         else:
@@ -682,8 +660,7 @@ class Auditor:
             self._violate(
                 ViolationKind.EVICTED_THEN_SAMPLED,
                 gone,
-                f"{gone} samples of chunk {st.id!r} {_describe(idx)} {what} before being "
-                f"delivered to update {update} at t={t:g}",
+                f"{gone} samples of chunk {st.id!r} {_describe(idx)} {what} before {when}",
             )
 
     def _stale(
