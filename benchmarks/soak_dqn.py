@@ -16,7 +16,7 @@ The plane's memory is bounded by design, not constant from the first step: the R
 to its capacity, and the auditor remembers the last ``audit_window`` retired chunks
 (``conduit/audit.py``) to classify late events exactly. Both are growth until their bound, and a leak
 is growth *after* it. So the run uses a table and a window that reach their bounds early (by default
-``--capacity 5000`` steps, full after about 5,000 env steps, and ``--audit-window 2048`` retired
+``--capacity 2000`` steps, full after about 2,000 env steps, and ``--audit-window 512`` retired
 chunks; RLlib's default table of 50,000 steps and the audit's default 65,536 chunks fill only after
 hours of CartPole on this machine, and report their bound rather than their steady state). The CSV
 records the table's steps and the chunks the auditor remembers and has retired; **steady state**
@@ -196,10 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=30.0, help="how long to train (default 30)")
     ap.add_argument("--interval", type=float, default=15.0, help="seconds between memory samples (default 15)")
     ap.add_argument("--out", default="results/soak", help="folder for soak.csv, soak.png, summary.json")
-    ap.add_argument("--capacity", type=int, default=5000,
-                    help="replay capacity in steps (default 5,000: full within minutes; RLlib's default is 50,000)")
-    ap.add_argument("--audit-window", type=int, default=2048,
-                    help="enable(audit_window=): retired chunks the audit remembers (default 2,048: full within "
+    ap.add_argument("--capacity", type=int, default=2000,
+                    help="replay capacity in steps (default 2,000: full within minutes; RLlib's default is 50,000)")
+    ap.add_argument("--audit-window", type=int, default=512,
+                    help="enable(audit_window=): retired chunks the audit remembers (default 512: full within "
                          "minutes; the plane's default is 65,536)")
     ap.add_argument("--trace-top", type=int, default=0,
                     help="trace the plane actor's Python allocations (tracemalloc) in steady state and report "
