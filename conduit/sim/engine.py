@@ -106,7 +106,11 @@ class SimResult:
 
 
 class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
-    """One simulated training run. ``run()`` returns a :class:`SimResult`."""
+    """One simulated training run. ``run()`` returns a :class:`SimResult`.
+
+    ``memoize_view=False`` makes the policy's :class:`~conduit.sim.view.SimClusterView` recompute
+    every fact on every access: the straightforward reference that the memoized view (the default,
+    several times faster at scale) must match exactly (``tests/test_sim_speed.py``)."""
 
     def __init__(
         self,
@@ -119,6 +123,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         stock: StockCosts | None = None,
         plane: PlaneCosts | None = None,
         progress: Callable[[int, int], None] | None = None,
+        memoize_view: bool = True,
     ):
         if iterations < 1:
             raise ConduitError(f"iterations must be >= 1, got {iterations}")
@@ -155,7 +160,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         self.arbiter = Arbiter(policy, self.rejections)
         self.chunk_ledger = ChunkLedger(self.ledger.capacity, self.auditor)
         self.rec = Recorder()
-        self.view = SimClusterView(self)
+        self.view = SimClusterView(self, memoize=memoize_view)
         self.driver_thread = FifoServer(self.env, 1)
         self.version = 0
         self._next_chunk = 0

@@ -181,6 +181,8 @@ class Network:
         self._n_links = n_links
         # Per directed link, plus an always-idle sentinel at index n_links.
         self._link_rate = np.zeros(n_links + 1)  # sum of the rates of the flows on it
+        #: The same array, for readers that index a few links at a time (``item(i)``); read only.
+        self.link_rate_values = self._link_rate
         self._count = [0] * n_links  # flows on each link
         self._busy_s = [0.0] * n_links  # length of the link's finished busy periods
         self._busy_since = [0.0] * n_links  # start of the current one (while count > 0)
