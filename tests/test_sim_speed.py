@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_sim import scenarios, tiny_topology_dict
 
+from conduit.errors import ConduitError
 from conduit.registry import create_policy
 from conduit.sim.engine import Simulation
 from conduit.sim.metrics import dumps
@@ -34,7 +35,10 @@ def _run(scenario, memoize: bool):
     topo = topology_from_dict(topo_dict)
     sim = Simulation(topo, load_workload(wl), create_policy(policy), iterations=iterations, seed=seed,
                      memoize_view=memoize)
-    result = sim.run()
+    try:
+        result = sim.run()
+    except ConduitError as exc:  # a working set that stalls must stall the same way, at the same instant
+        return str(exc), [], [], None
     chunks = [vars(c) for c in result.recorder.chunks.values()]
     updates = [vars(u) for u in result.recorder.updates]
     return dumps(result.to_dict()), chunks, updates, result
@@ -46,7 +50,7 @@ def _same(scenario) -> None:
     assert memo[0] == straight[0]  # the whole JSON result: metrics, segments, audit, rejections, ...
     assert _nan_equal(memo[1], straight[1])
     assert _nan_equal(memo[2], straight[2])
-    assert memo[3].audit.violations == 0
+    assert memo[3] is None or memo[3].audit.violations == 0
 
 
 def _nan_equal(a: list[dict], b: list[dict]) -> bool:
@@ -90,7 +94,7 @@ def pressure(draw):
         hbm = cb * (per_learner + draw(st.floats(0.05, 1.5)))
     else:
         wl.update(chunks_per_batch=per_learner, max_lag=2, max_reuse=1, broadcast_interval=1)
-        hbm = cb * per_learner * draw(st.floats(1.05, 3.0))
+        hbm = cb * per_learner * draw(st.floats(1.05, 8.0))
     topo = tiny_topology_dict(nodes, gpus, hbm, host=1000 * cb, pinned=300 * cb, cores=draw(st.integers(1, 4)),
                               pcie=draw(st.sampled_from(["4 GB/s", "25 GB/s"])))
     policy = draw(st.sampled_from(["conduit", "all-gpu", "janus-gpu-co-so-g2"]))

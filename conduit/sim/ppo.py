@@ -108,13 +108,18 @@ class PpoLoop:
         need = {lr.id: per_learner for lr in learners}
         last_slot = {lr.id: -1 for lr in learners}
         plan: dict[str, list[LearnerRole]] = {r.id: [] for r in runners}
+        on_node: dict[str, list[LearnerRole]] = {}
         for i in range(max(per_runner, default=0)):
             for j, runner in enumerate(runners):
                 if i >= per_runner[j]:
                     continue
                 fed = self.layout.feeds[runner.id]
                 choice = None
-                for pool in (fed, [lr for lr in learners if lr.node == runner.node], learners):
+                for pool in (fed, None, learners):
+                    if pool is None:  # the runner's node, looked at only when the learners it feeds are served
+                        pool = on_node.get(runner.node)
+                        if pool is None:
+                            pool = on_node[runner.node] = [lr for lr in learners if lr.node == runner.node]
                     open_ = [lr for lr in pool if need[lr.id] > 0]
                     if open_:
                         choice = min(open_, key=lambda lr: last_slot[lr.id] == i)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from conduit.plane import LearnerCadence
+from conduit.topology import TierKind
 from conduit.view import ClusterView, LearnerState, PathState, TierState
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class SimClusterView(ClusterView):
         self.memoize = memoize
         self._tiers = _Tiers(sim, memoize)
         self._launch: dict[str, float] = {}
+        self._pairs: dict[tuple[str, str], tuple] = {}  # (src tier, dst tier) -> what transfer_time needs of them
+        self._learner_hbm: dict[str, str | None] = {}
         w = sim.workload
         self.cadence: dict[str, LearnerCadence] = {
             lr.id: LearnerCadence(lr.id, lr.device, lr.node, lr.device_tier,
@@ -169,6 +172,41 @@ class SimClusterView(ClusterView):
         used = net.link_rates()[links]
         share = [max(c - u, c / 2) if u > 0 else c for c, u in zip(caps, used, strict=True)]
         return PathState(float(min(share)), float(caps.min()), latency, len(links))
+
+    def transfer_time(self, src_tier: str, dst_tier: str, nbytes: float) -> float:
+        """:meth:`ClusterView.transfer_time`, with what never changes during a run looked up once per
+        pair of tiers (their kinds, devices and media speeds, the launch overhead): only the route's
+        live share is read per call, and the arithmetic is the base class's, in the same order."""
+        if not self.memoize:
+            return super().transfer_time(src_tier, dst_tier, nbytes)
+        if src_tier == dst_tier:
+            return 0.0
+        pair = self._pairs.get((src_tier, dst_tier))
+        if pair is None:
+            src, dst = self.tiers[src_tier], self.tiers[dst_tier]
+            overhead = 0.0
+            if TierKind.HBM in (src.kind, dst.kind):
+                overhead = self.copy_launch_overhead(src.device if src.kind is TierKind.HBM else dst.device)
+            if src.device == dst.device:
+                pair = (overhead, None, min(src.read_bandwidth, dst.write_bandwidth), 0.0)
+            else:
+                pair = (overhead, (src.device, dst.device), src.read_bandwidth, dst.write_bandwidth)
+            self._pairs[(src_tier, dst_tier)] = pair
+        overhead, devices, read, write = pair
+        if devices is None:
+            return overhead + nbytes / read
+        p = self.path(*devices)
+        rate = min(p.bandwidth, read, write)
+        return overhead + p.latency + nbytes / rate
+
+    def time_to_ready(self, tier: str, learner: str, nbytes: float) -> float:
+        """:meth:`ClusterView.time_to_ready`, with each learner's HBM tier looked up once."""
+        if not self.memoize:
+            return super().time_to_ready(tier, learner, nbytes)
+        target = self._learner_hbm.get(learner, False)
+        if target is False:
+            target = self._learner_hbm[learner] = self.hbm_of(self.learners[learner].device)
+        return 0.0 if target is None or target == tier else self.transfer_time(tier, target, nbytes)
 
     def copy_launch_overhead(self, device: str) -> float:
         """The base class's answer, kept per device (the topology never changes during a run)."""
