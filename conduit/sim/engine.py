@@ -42,6 +42,7 @@ from conduit.sim.metrics import ChunkTrace, Recorder
 from conduit.sim.network import Network
 from conduit.sim.params import PlaneCosts, StockCosts
 from conduit.sim.ppo import PpoLoop
+from conduit.sim.provenance import provenance, steady_state, validity
 from conduit.sim.resources import ComputeEngine, CpuPool, FifoServer, TierLedger
 from conduit.sim.view import SimClusterView
 from conduit.sim.workload import Workload
@@ -71,6 +72,18 @@ class SimResult:
     events: int
     tier_trace: list = field(default_factory=list, repr=False)
     rejections: dict[str, Any] = field(default_factory=dict)
+    #: what produced the result (:func:`conduit.sim.provenance.provenance`)
+    provenance: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: distance from the calibrated points (:func:`conduit.sim.provenance.validity`)
+    validity: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: warm-up, measured window, rounds, trend (:func:`conduit.sim.provenance.steady_state`)
+    steady_state: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Everything a reader should know before citing the figures: extrapolation, a short or
+        trending window."""
+        return [*self.validity.get("warnings", []), *self.steady_state.get("warnings", [])]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +102,10 @@ class SimResult:
             "sim_time_s": self.sim_time,
             "events": self.events,
             "rejections": self.rejections,
+            "warnings": self.warnings,
+            "steady_state": self.steady_state,
+            "validity": self.validity,
+            "provenance": self.provenance,
         }
 
     def to_rows(self, kind: str = "summary") -> list[dict[str, Any]]:
@@ -124,6 +141,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         plane: PlaneCosts | None = None,
         progress: Callable[[int, int], None] | None = None,
         memoize_view: bool = True,
+        stock_source: str | None = None,
     ):
         if iterations < 1:
             raise ConduitError(f"iterations must be >= 1, got {iterations}")
@@ -134,6 +152,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         self.topology, self.workload, self.policy = topology, workload, policy
         self.iterations, self.seed = iterations, seed
         self.stock, self.plane = stock or StockCosts(), plane or PlaneCosts()
+        self.stock_source = stock_source  # where ``stock`` came from (a --stock-costs file), for the provenance
         self.progress = progress
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
@@ -335,6 +354,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
             gpu_busy={d: c.busy_seconds for d, c in self.compute.items()},
             sim_time=self.env.now, events=_scheduled_events(self.env), tier_trace=self.ledger.trace,
             rejections=self.rejections.to_dict(),
+            provenance=provenance(self, self.stock_source), validity=validity(self),
+            steady_state=steady_state(self, self._warmup()),
         )
 
     def _stall_report(self) -> str:
