@@ -261,10 +261,12 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
     def sample_time(self, vector_steps: int) -> float:
         w = self.workload
         if w.env_step_cv > 0 and w.env_step_time > 0:
-            sigma = math.sqrt(math.log1p(w.env_step_cv**2))
-            mu = math.log(w.env_step_time) - sigma**2 / 2
+            params = self.__dict__.get("_lognormal")
+            if params is None:  # the workload is fixed for the run: its lognormal parameters too
+                sigma = math.sqrt(math.log1p(w.env_step_cv**2))
+                params = self._lognormal = (math.log(w.env_step_time) - sigma**2 / 2, sigma)
             # the sum of many lognormal steps: draw the mean of `vector_steps` draws cheaply
-            per_step = float(np.mean(self.rng.lognormal(mu, sigma, size=min(vector_steps, 64))))
+            per_step = float(self.rng.lognormal(params[0], params[1], size=min(vector_steps, 64)).mean())
         else:
             per_step = w.env_step_time
         return w.runner_call_overhead + vector_steps * (per_step + w.inference_time)
