@@ -282,3 +282,12 @@ def test_cli_json_single_run_has_the_blocks():
     assert d["validity"]["extrapolating"] is False
     assert d["provenance"]["workload"]["name"] == load_workload("ref-dqn-cartpole").name
     assert isinstance(d["warnings"], list)
+
+
+def test_sim_time_follows_one_time_line_with_independent_learners():
+    # the plane's DQN learners update each at its own pace: the window is one learner's time, not the sum
+    result = simulate(tiny(), "dqn", "conduit", sim_time=0.2)
+    ss = result.steady_state
+    assert result.recorder.synchronous is False
+    assert 0.2 <= ss["window_s"] <= result.sim_time
+    assert ss["window_s"] == pytest.approx(ss["measured_updates"] * result.metrics["iteration_time_s"], rel=1e-6)

@@ -175,8 +175,7 @@ def round_updates(sim: Simulation) -> int:
 
 def steady_state(sim: Simulation, warmup: int) -> dict[str, Any]:
     """The steady-state block: warm-up left out, window measured, rounds in it, trend, warnings."""
-    _, iteration = sim.rec.per_update(warmup)
-    series = iteration[np.isfinite(iteration)]
+    series = _iteration_series(sim, warmup)
     measured = int(series.size)
     rounds = round_updates(sim)
     out: dict[str, Any] = {"warmup_updates": warmup, "measured_updates": measured, "window_s": float(series.sum()),
@@ -198,6 +197,27 @@ def steady_state(sim: Simulation, warmup: int) -> dict[str, Any]:
                 f"not steady: the mean iteration time of the window's second half differs from its first "
                 f"half's by {100 * trend:+.1f}% (tolerance {100 * TREND_TOLERANCE:.0f}%); run longer")
     return out
+
+
+def _iteration_series(sim: Simulation, warmup: int) -> np.ndarray:
+    """Iteration times of the measured updates, in update order. Lockstep learners: the metrics'
+    own series. Independent learners (the plane's replay loop): per update index, the mean over the
+    learners of their own gaps, so the series is one learner's time line (its sum is simulated time,
+    not learners times it)."""
+    if sim.rec.synchronous:
+        _, iteration = sim.rec.per_update(warmup)
+        return iteration[np.isfinite(iteration)]
+    by_learner: dict[str, list] = {}
+    for u in sim.rec.updates:
+        by_learner.setdefault(u.learner, []).append(u)
+    gaps = []
+    for ups in by_learner.values():
+        ups.sort(key=lambda u: u.update)
+        gaps.append([ups[i].t_start - ups[i - 1].t_start for i in range(max(1, warmup), len(ups))])
+    n = min((len(g) for g in gaps), default=0)
+    if n == 0:
+        return np.zeros(0)
+    return np.mean(np.array([g[:n] for g in gaps]), axis=0)
 
 
 def _plain(value: Any) -> Any:
