@@ -74,6 +74,14 @@ def test_topology_hash_follows_the_hardware_not_the_name():
 
 
 # ------------------------------------------------------------------ 2. validity
+def test_calibrated_points_are_the_calibration_reference():
+    from conduit.sim.calibration import REFERENCE, REFERENCE_SOURCE
+    from conduit.sim.provenance import CALIBRATED_RUNS, CALIBRATION_SOURCE
+
+    assert {w for _, w in CALIBRATED_RUNS} == set(REFERENCE) and CALIBRATION_SOURCE == REFERENCE_SOURCE
+    assert [p["workload"] for p in calibrated_points()] == [w for _, w in CALIBRATED_RUNS]
+
+
 def test_calibrated_runs_do_not_extrapolate():
     for point in calibrated_points():
         result = simulate("reference-2core", point["workload"], "rllib-stock", iterations=2)
