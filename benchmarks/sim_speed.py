@@ -10,8 +10,11 @@ Prints, in one run, per policy: wall seconds for ``--iterations`` iterations, se
 the same scaled to 100 iterations, SimPy events and events per second, chunks, audit violations;
 then the conduit / rllib-stock ratio. ``--reference`` also runs every policy with the
 straightforward view (``Simulation(memoize_view=False)``: every fact recomputed on every access, the
-simulator before the speed-ups) side by side, prints its seconds and the speed-up, and checks that
-the two runs' JSON results are identical (exit status 1 if not).
+view as it was before its memo) side by side, prints its seconds and the speed-up, and checks that
+the two runs' JSON results are identical (exit status 1 if not). The other exact speed-ups (the
+placement's staging tier looked up once per decision, the env-step distribution's parameters once
+per run, the PPO plan's per-node learner lists once) apply to both sides: for the whole change,
+compare with an earlier commit.
 
 Wall times on a shared machine are noisy: compare the ratios printed by one run, and rerun before
 believing a small difference. The policies run alternately first-to-last and last-to-first over
