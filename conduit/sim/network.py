@@ -176,6 +176,9 @@ class Network:
         self.events = 0
         self.resolves = 0
         self.resolved_flows = 0
+        #: Bumped at every instant whose starts or ends may change a rate: while it is unchanged, so
+        #: are the link rates (readers keep what they derived from them).
+        self.rates_version = 0
 
         n_links = self.bandwidth.size
         self._n_links = n_links
@@ -425,6 +428,7 @@ class Network:
         self._ended = []
         if not started and not ended:
             return
+        self.rates_version += 1
         if self._all_alone(started, ended):
             self._flush_alone(started, set(ended))
         else:

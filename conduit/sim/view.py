@@ -104,6 +104,7 @@ class SimClusterView(ClusterView):
         self._launch: dict[str, float] = {}
         self._pairs: dict[tuple[str, str], tuple] = {}  # (src tier, dst tier) -> what transfer_time needs of them
         self._learner_hbm: dict[str, str | None] = {}
+        self._on: dict[tuple, list[str]] = {}  # (node, kind) -> tier ids, for tiers_on
         w = sim.workload
         self.cadence: dict[str, LearnerCadence] = {
             lr.id: LearnerCadence(lr.id, lr.device, lr.node, lr.device_tier,
@@ -111,7 +112,7 @@ class SimClusterView(ClusterView):
             for lr in sim.layout.learners
         }
         self._pending: dict[str, dict[Hashable, tuple[float, simpy.Event]]] = {lr.id: {} for lr in sim.layout.learners}
-        self._paths: dict[tuple[str, str], list] = {}  # route -> [latency, links, caps, rates seen, state]
+        self._paths: dict[tuple[str, str], list] = {}  # route -> [latency, links, caps, rates seen, state, version]
         self._straight: dict[tuple[str, str], tuple[float, list]] = {}  # route -> (latency, links), unmemoized path
         self._learners = _Learners(self, memoize)
         self._has_pending: set[str] = set()
@@ -149,12 +150,16 @@ class SimClusterView(ClusterView):
             links = [int(i) for i in net.route(src_device, dst_device).links]
             latency = float(net.latency[links].sum()) if links else 0.0
             caps = [float(net.bandwidth[i]) for i in links]
-            entry = self._paths[key] = [latency, links, caps, None, None]
-        latency, links, caps, seen, state = entry
+            entry = self._paths[key] = [latency, links, caps, None, None, -1]
+        latency, links, caps, seen, state, version = entry
         if not links:
             return PathState(float("inf"), float("inf"), 0.0, 0)
-        rates = self._sim.network.link_rate_values
+        net = self._sim.network
+        if version == net.rates_version:  # no re-solve since: the same rates
+            return state
+        rates = net.link_rate_values
         used = tuple([rates.item(i) for i in links])
+        entry[5] = net.rates_version
         if used == seen:
             return state
         share = min(max(c - u, c / 2) if u > 0 else c for c, u in zip(caps, used, strict=True))
@@ -177,6 +182,17 @@ class SimClusterView(ClusterView):
         used = net.link_rates()[links]
         share = [max(c - u, c / 2) if u > 0 else c for c, u in zip(caps, used, strict=True)]
         return PathState(float(min(share)), float(caps.min()), latency, len(links))
+
+    def tiers_on(self, node, kind=None) -> list[TierState]:
+        """:meth:`ClusterView.tiers_on`, with the ids on each (node, kind) looked up once (the set of
+        tiers never changes during a run); the states are the live ones."""
+        if not self.memoize:
+            return super().tiers_on(node, kind)
+        ids = self._on.get((node, kind))
+        if ids is None:
+            ids = self._on[(node, kind)] = [t.id for t in super().tiers_on(node, kind)]
+        tiers = self._tiers
+        return [tiers[i] for i in ids]
 
     def transfer_time(self, src_tier: str, dst_tier: str, nbytes: float) -> float:
         """:meth:`ClusterView.transfer_time`, with what never changes during a run looked up once per
