@@ -365,13 +365,20 @@ class Auditor:
 
     RETIRED_WINDOW: int = 65536
     """How many of the most recently retired chunks stay known (and named in the message of an
-    ``unknown_sample`` violation)."""
+    ``unknown_sample`` violation). ``Auditor(..., retired_window=N)`` sets one auditor's window: its
+    memory then reaches its bound after N retirements (about N x 300 B of chunk records), the
+    price being that late events naming older chunks count as ``unknown_sample`` (see the module
+    doc)."""
 
     def __init__(
         self,
         contract: Contract | Mapping[str, Any],
         tier_capacities: Mapping[str, int] | None = None,
+        *,
+        retired_window: int | None = None,
     ):
+        if retired_window is not None:  # this auditor's own window (else the class's RETIRED_WINDOW)
+            self.RETIRED_WINDOW = retired_window
         if isinstance(contract, Mapping):
             contract = contract_from_dict(contract)
         if not isinstance(contract, OnPolicy | BoundedStaleness | Replay):
@@ -380,7 +387,7 @@ class Auditor:
         self.tier_capacities: dict[str, int] = dict(tier_capacities or {})
         if not isinstance(self.RETIRED_WINDOW, int) or self.RETIRED_WINDOW < 0:
             raise ConduitError(
-                f"auditor: RETIRED_WINDOW must be an int >= 0, got {self.RETIRED_WINDOW!r}"
+                f"auditor: retired_window (RETIRED_WINDOW) must be an int >= 0, got {self.RETIRED_WINDOW!r}"
             )
         self._admits = contract.admits
         self._max_uses = contract.max_uses
@@ -827,6 +834,8 @@ class Auditor:
             tiers = self._residency.get(chunk_id)
             if tiers is not None and tier in tiers:
                 self._occupancy[tier] -= tiers.pop(tier)
+                if not tiers and self.retire and chunk_id not in self._chunks:
+                    self._forget_residency(chunk_id)
             return
         st = self._chunks.get(chunk_id)
         # a known chunk's residency map goes when it retires (or, retired, is evicted again)
@@ -838,6 +847,8 @@ class Auditor:
                 occupancy[name] -= held
             if not gone:
                 tiers.clear()
+        if st is None and self.retire and tiers is not None:
+            self._forget_residency(chunk_id)
         if st is None or st.removed:
             return
         if self._tracked and not st.settled:
@@ -847,6 +858,13 @@ class Auditor:
         st.uses = st.last_update = st.dropped = None  # free the per-sample counters
         if self.retire:
             self._retire(chunk_id, st)
+
+    def _forget_residency(self, chunk_id: Hashable) -> None:
+        """An id the auditor does not know (a batch's extent, or a chunk retired beyond the window)
+        left every tier. Its empty map records nothing (``placed``/``moved`` recreate one), so the
+        folding auditor drops it; otherwise a plane would keep one entry per batch it ever delivered.
+        (For a known chunk an empty map means "evicted from every tier", which ``_resident`` reads.)"""
+        del self._residency[chunk_id]
 
     def _retire(self, cid: Hashable, st: _ChunkState) -> None:
         """Fold a chunk that left the plane, books settled (its residency map is gone already):

@@ -1500,3 +1500,71 @@ def test_the_window_must_be_a_count():
     folded.ingested(mk("a", steps=2), 0.0)
     folded.evicted("a", 1.0)
     assert folded._chunks == {} and not folded._retired  # a window of 0 forgets at once
+
+
+def test_an_auditors_own_window_is_set_by_keyword():
+    a = Auditor(OnPolicy(), retired_window=3)
+    assert a.RETIRED_WINDOW == 3 and Auditor.RETIRED_WINDOW == 65536
+    for cid in "abcde":
+        a.ingested(mk(cid, steps=1), 0.0)
+        a.dropped(cid, 0.5, "stale")
+        a.evicted(cid, 1.0)
+    assert list(a._retired) == ["c", "d", "e"] and set(a._chunks) == {"c", "d", "e"}
+    for bad in (-1, 2.5, "8"):
+        with pytest.raises(ConduitError, match="retired_window"):
+            Auditor(OnPolicy(), retired_window=bad)
+
+
+@st.composite
+def batch_extent_streams(draw):
+    """A plane's delivered batches as the auditor sees them: extents under ids it never ingested
+    (``("batch", k)``), placed in a tier and later evicted from it, possibly moved in between,
+    interleaved with chunks that live and retire, and with reports."""
+    contract = draw(st.sampled_from([OnPolicy(), BoundedStaleness(max_lag=1, max_reuse=2),
+                                     Replay(capacity=40, replay_ratio=1.0, min_size=0, error_buffer=1e9)]))
+    events: list[PlaneEvent | None] = []
+    open_batches: list[tuple] = []
+    live: list[Chunk] = []
+    t, k, n = 0.0, 0, 0
+    for _ in range(draw(st.integers(1, 60))):
+        t += 0.25
+        op = draw(st.sampled_from(["batch", "batch", "move", "release", "release", "chunk", "retire", "report"]))
+        if op == "batch":
+            bid = ("batch", k)
+            k += 1
+            open_batches.append(bid)
+            events.append(PlaneEvent(E.PLACED, t, chunk_id=bid, tier="hbm", nbytes=draw(st.integers(1, 40))))
+        elif op == "move" and open_batches:
+            events.append(PlaneEvent(E.MOVED, t, chunk_id=draw(st.sampled_from(open_batches)), src_tier="hbm",
+                                     dst_tier="host", nbytes=draw(st.integers(1, 40))))
+        elif op == "release" and open_batches:
+            bid = open_batches.pop(draw(st.integers(0, len(open_batches) - 1)))
+            for tier in draw(st.permutations(["hbm", "host"])):
+                events.append(PlaneEvent(E.EVICTED, t, chunk_id=bid, tier=tier))
+        elif op == "chunk":
+            c = mk(n, steps=2)
+            n += 1
+            live.append(c)
+            events += [PlaneEvent(E.INGESTED, t, chunk=c), PlaneEvent(E.PLACED, t, chunk_id=c.id, tier="host",
+                                                                      nbytes=c.nbytes)]
+        elif op == "retire" and live:
+            c = live.pop(0)
+            events += [PlaneEvent(E.DROPPED, t, chunk_id=c.id, reason="stale"),
+                       PlaneEvent(E.EVICTED, t, chunk_id=c.id, tier="host"), PlaneEvent(E.EVICTED, t, chunk_id=c.id)]
+        elif op == "report":
+            events.append(None)
+    return contract, events, t + 1, set(open_batches), {c.id for c in live}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch_extent_streams())
+def test_released_batch_extents_leave_no_residency_behind(stream):
+    """A batch's extent is a tier occupant under an id that is no chunk: once it left every tier,
+    the folding auditor keeps nothing of it (one entry per batch ever delivered was a leak on a
+    long run), and every report equals the unbounded auditor's, which keeps the empty maps."""
+    contract, events, end, still_open, live = stream
+    folded, unbounded = window_pair(contract, {"hbm": 10_000, "host": 10_000}, 4)
+    replay_both(folded, unbounded, events, end, _identical)
+    leftover = {cid for cid in folded._residency if isinstance(cid, tuple)}
+    assert leftover <= still_open
+    assert {cid for cid in folded._residency if not isinstance(cid, tuple)} <= live

@@ -151,8 +151,8 @@ class JournaledAuditor(Auditor):
     the outer call, whose replay repeats the inner one)."""
 
     def __init__(self, contract: Any, tier_capacities: Mapping[str, int] | None = None,
-                 sink: Callable[[Any], None] | None = None):
-        super().__init__(contract, tier_capacities)
+                 sink: Callable[[Any], None] | None = None, *, retired_window: int | None = None):
+        super().__init__(contract, tier_capacities, retired_window=retired_window)
         self._sink = sink
         self._depth = 0
 

@@ -149,7 +149,10 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
     samples per delivered batch. ``topology`` (default: a probe of this machine) and ``node`` say
     which tiers exist; ``capacities`` how much of each the plane takes. ``recovery_dir`` makes the
     plane recoverable (see *Recovery* in the module doc); the log is compacted into a snapshot every
-    ``snapshot_every`` records.
+    ``snapshot_every`` records. ``audit_window`` is how many retired chunks the live audit remembers
+    to classify late events exactly (default :attr:`~conduit.audit.Auditor.RETIRED_WINDOW`): the
+    plane's memory for chunks that left it is bounded by it, and reaches that bound after as many
+    retirements.
     """
 
     def __init__(
@@ -173,12 +176,16 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
         seed: int | None = None,
         recovery_dir: str | os.PathLike | None = None,
         snapshot_every: int = 20000,
+        audit_window: int | None = None,
     ):
         self.schema = Schema.of(schema)
         self.contract = _as_contract(contract)
         if isinstance(batch_steps, bool) or not isinstance(batch_steps, int) or batch_steps <= 0:
             raise ConduitError(f"batch_steps must be a positive integer, got {batch_steps!r}")
         self.batch_steps = batch_steps
+        if audit_window is not None and (isinstance(audit_window, bool) or not isinstance(audit_window, int)
+                                         or audit_window < 0):
+            raise ConduitError(f"audit_window must be a non-negative integer (retired chunks), got {audit_window!r}")
         self.contract_rules = self.rules = rules_for(self.contract)
         self.policy = self._load_policy(policy, params, params_file)
         self.path = self.policy.path
@@ -226,7 +233,7 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
         self._next_sample_id = 0
         if self._sampler is not None:  # checkpoints carry its priorities with the table (runtime.checkpoint)
             self.register_part("sampler", self._sampler)
-        self._evicted_ranges: deque[tuple[int, int, Hashable]] = deque(maxlen=Auditor.RETIRED_WINDOW)
+        self._evicted_ranges: deque[tuple[int, int, Hashable]] = deque()  # bounded below, by the audit's window
         self._table_snapshot: tuple[list[_Chunk], np.ndarray, np.ndarray] | None = None
         self._inserted = 0  # committed steps (what the auditor has seen ingested)
         self._inserting = 0  # steps of inserts admitted and still copying (their table room is reserved)
@@ -260,7 +267,7 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
         self.incarnation = 0
         restarting = state is not None or bool(records)
         if self._log is None:
-            self.auditor = Auditor(self.contract, caps)
+            self.auditor = Auditor(self.contract, caps, retired_window=audit_window)
         else:
             if state is not None:
                 self.auditor = JournaledAuditor.from_state(state["auditor"])
@@ -269,12 +276,14 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
                 self.incarnation = state["incarnation"]
                 self._shortfall = dict(state.get("shortfall", {}))
             else:
-                self.auditor = JournaledAuditor(self.contract, caps)
+                self.auditor = JournaledAuditor(self.contract, caps, retired_window=audit_window)
             replay_audit(self.auditor, records)
             self._apply_records(records)
             if restarting:
                 self.incarnation += 1
             self.auditor.attach(self._record)
+        # a bad draw names an evicted chunk to the audit only while the audit still knows that chunk
+        self._evicted_ranges = deque(self._evicted_ranges, maxlen=self.auditor.RETIRED_WINDOW)
         self.ledger = ChunkLedger(self.tiers, self.auditor)
         self.rejections = Rejections()
         self.arbiter = Arbiter(self.policy, self.rejections)

@@ -49,6 +49,8 @@ OPTIONS: dict[str, str] = {
     "verify_checksums": "check every delivered chunk's bytes against its ingest checksum (default False)",
     "max_restarts": "times Ray restarts a plane actor whose process died (default 3; 0: never, -1: no limit)",
     "restart_timeout": "seconds a caller waits for a restarted plane actor to answer (default 120)",
+    "audit_window": "retired chunks the live audit remembers to classify late events exactly (default 65,536): "
+                    "bounds the plane's memory for chunks that left it",
     "metrics_export_s": "seconds between publications of the plane's counters through ray.util.metrics "
                         "(default 10; 0: off)",
 }
@@ -89,6 +91,9 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         v = out.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
             raise EnableError(f"enable(): {key} must be a positive number of seconds, got {v!r}")
+    window = out.get("audit_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise EnableError(f"enable(): audit_window must be a non-negative integer (retired chunks), got {window!r}")
     depth = out.get("prefetch_depth")
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
         raise EnableError(f"enable(): prefetch_depth must be a non-negative integer, got {depth!r}")
