@@ -10,6 +10,7 @@ import pytest
 from conduit.errors import ConduitError
 from conduit.policies.components import EarliestDeadlineFirst, OnDemand, TierPreference
 from conduit.policies.janus import (
+    FRAGMENT_STEPS,
     GRANULARITIES,
     PLACEMENTS,
     janus,
@@ -75,7 +76,8 @@ def test_parametric_entry_declares_its_space_and_checks_values():
     assert policy.name == "janus-gpu-co-so-g1"
     space = {p.name: p.choices for p in policy.space}
     assert space == {"placement": tuple(PLACEMENTS), "overlap_collection": (True, False),
-                     "overlap_selection": (True, False), "granularity": GRANULARITIES}
+                     "overlap_selection": (True, False), "granularity": GRANULARITIES,
+                     "fragment_steps": FRAGMENT_STEPS, "per_fragment_advantages": (False, True)}
     with pytest.raises(ConduitError, match="placement must be one of"):
         janus(placement="nvme")
     with pytest.raises(ConduitError, match="granularity must be one of"):
@@ -133,7 +135,8 @@ def test_janus_best_picks_the_minimum_among_clean_runs(ppo_search):
 
 @pytest.mark.parametrize(("workload", "skipped", "same_as"), [
     ("ppo", "janus-pinned-co-so-g1", "janus-pinned-co-nso-g1"),
-    ("ppo", "janus-gpu-nco-nso-g16", "janus-gpu-nco-nso-g2"),
+    # a runner makes one chunk per PPO iteration (10 runners per GPU), so every g is g1
+    ("ppo", "janus-gpu-nco-nso-g16", "janus-gpu-nco-nso-g1"),
     ("appo", "janus-pinned-co-so-g4", "janus-pinned-co-nso-g4"),
     ("appo", "janus-gpu-nco-so-g1", "janus-gpu-nco-nso-g1"),
 ])
