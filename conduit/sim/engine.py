@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import math
+from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,7 +147,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         if iterations < 1:
             raise ConduitError(f"iterations must be >= 1, got {iterations}")
         self.path = policy.path
-        pieces = self.path.pieces(workload.chunk_bytes)
+        self.layout: ClusterLayout = lay_out(topology, workload)
+        workload = auto_fragment(workload, len(self.layout.runners), len(self.layout.learners))
+        pieces = self.path.pieces(workload.chunk_bytes, workload.fragment_length)
         if pieces > 1:
             workload = split_fragments(workload, pieces)
         self.topology, self.workload, self.policy = topology, workload, policy
@@ -156,7 +159,6 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         self.progress = progress
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
-        self.layout: ClusterLayout = lay_out(topology, workload)
         self.network = Network(self.env, topology.graph)
         self.cpus = {
             node: CpuPool(self.env, node, sum(c.get("cores", 1) for c in topology.devices_of("cpu", node)) or 1,
@@ -181,6 +183,11 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         self.rec = Recorder()
         self.view = SimClusterView(self, memoize=memoize_view)
         self.driver_thread = FifoServer(self.env, 1)
+        #: the stock route's driver-side calls by kind (``sample_result``, ``update_call``,
+        #: ``buffer_add``, ``buffer_sample``, ``round``, ``package``): what its loops did, countable
+        self.stock_calls: Counter[str] = Counter()
+        #: APPO's stock route: the shard sizes (chunks per learner) of every package the driver split
+        self.stock_shards: list[list[int]] = []
         self.version = 0
         self._next_chunk = 0
         self._chunks: dict[int, Chunk] = {}
@@ -413,6 +420,37 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
 
 
 
+
+
+def auto_fragment(workload: Workload, runners: int, learners: int) -> Workload:
+    """PPO's fragment as RLlib sizes it when every runner's fragment would overshoot the batch.
+
+    ``PPOConfig`` defaults to ``rollout_fragment_length="auto"``, and
+    ``AlgorithmConfig.get_rollout_fragment_length`` (``ray/rllib/algorithms/algorithm_config.py``)
+    makes it ``total_train_batch_size / (num_envs_per_env_runner * num_env_runners)``, so that one
+    round of ``synchronous_parallel_sample`` (every runner samples once) fills the batch. A workload
+    whose runners together would sample more than its learners train on (``runners * chunk_steps >
+    learners * train_batch_per_learner``) gets that fragment, rounded down to the longest fragment
+    (down to half of it) whose chunk divides ``train_batch_per_learner`` (where the division is not
+    exact RLlib gives some runners one more step; here chunks stay equal, so the few chunks that
+    remain go to some runners as a second fragment and every learner's batch keeps exactly its
+    steps). Every runner then samples, under every policy alike: the plane's pieces split
+    this fragment, not a fragment that only some runners would sample.
+    Other workloads (and other algorithms) are returned unchanged.
+    """
+    from dataclasses import replace
+
+    total = learners * workload.train_batch_per_learner
+    if workload.algorithm != "ppo" or runners * workload.chunk_steps <= total:
+        return workload
+    even = max(1, total // (runners * workload.envs_per_runner))
+    # prefer the longest fragment down to half of that whose chunk divides a learner's batch, so
+    # every learner trains on exactly train_batch_per_learner steps (RLlib's batch is exact too)
+    fragment = next((f for f in range(even, max(1, even // 2) - 1, -1)
+                     if workload.train_batch_per_learner % (f * workload.envs_per_runner) == 0), even)
+    if fragment >= workload.fragment_length:
+        return workload
+    return replace(workload, fragment_length=fragment)
 
 
 def split_fragments(workload: Workload, split: int) -> Workload:
