@@ -193,16 +193,25 @@ def steady_state(sim: Simulation, warmup: int) -> dict[str, Any]:
             f"short window: {measured} measured update(s) after {warmup} warm-up update(s) hold "
             f"{measured / rounds:.3g} round(s) of {rounds} update(s) ({sim.workload.algorithm}); at least "
             f"{MIN_ROUNDS} rounds ({MIN_ROUNDS * rounds + warmup} iterations) are needed for a steady-state mean")
-    if measured >= TREND_MIN_UPDATES:
-        half = measured // 2
-        first, second = float(np.mean(series[:half])), float(np.mean(series[-half:]))
-        trend = (second - first) / first if first > 0 else 0.0
-        out["trend"] = trend
-        if abs(trend) > TREND_TOLERANCE:
-            out["warnings"].append(
-                f"not steady: the mean iteration time of the window's second half differs from its first "
-                f"half's by {100 * trend:+.1f}% (tolerance {100 * TREND_TOLERANCE:.0f}%); run longer")
+    trend, warning = window_trend(series)
+    out["trend"] = trend
+    if warning is not None:
+        out["warnings"].append(warning)
     return out
+
+
+def window_trend(series: np.ndarray) -> tuple[float | None, str | None]:
+    """The window's trend (second half's mean iteration time relative to the first half's; None
+    for fewer than :data:`TREND_MIN_UPDATES` updates) and the warning it deserves, if any."""
+    if series.size < TREND_MIN_UPDATES:
+        return None, None
+    half = series.size // 2
+    first, second = float(np.mean(series[:half])), float(np.mean(series[-half:]))
+    trend = (second - first) / first if first > 0 else 0.0
+    if abs(trend) <= TREND_TOLERANCE:
+        return trend, None
+    return trend, (f"not steady: the mean iteration time of the window's second half differs from its first "
+                   f"half's by {100 * trend:+.1f}% (tolerance {100 * TREND_TOLERANCE:.0f}%); run longer")
 
 
 def _iteration_series(sim: Simulation, warmup: int) -> np.ndarray:
