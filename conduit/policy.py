@@ -123,7 +123,9 @@ class PathSettings:
     * ``split`` — pieces each rollout fragment is handed over in (finer ingestion granularity than
       the runner's fragment: the tail of an iteration shrinks, per-piece overheads grow);
       ``target_chunk_bytes`` asks for as many pieces as keep each under that size (the larger of
-      the two wins).
+      the two wins). ``fragment_steps`` asks for pieces of at most that many vector steps (the
+      fragment length an RLlib user tunes; the simulator applies it, the runtime's assembly does
+      not read it yet).
     """
 
     route: Route = "direct"
@@ -135,11 +137,15 @@ class PathSettings:
     prefetch_depth: int = 2
     split: int = 1
     target_chunk_bytes: float | None = None
+    fragment_steps: int | None = None
 
-    def pieces(self, fragment_bytes: float) -> int:
-        """Pieces a fragment of ``fragment_bytes`` is handed over in."""
+    def pieces(self, fragment_bytes: float, fragment_length: int | None = None) -> int:
+        """Pieces a fragment of ``fragment_bytes`` (and ``fragment_length`` vector steps, when
+        known) is handed over in."""
         by_size = math.ceil(fragment_bytes / self.target_chunk_bytes) if self.target_chunk_bytes else 1
-        return max(self.split, by_size, 1)
+        by_steps = (math.ceil(fragment_length / self.fragment_steps)
+                    if self.fragment_steps and fragment_length else 1)
+        return max(self.split, by_size, by_steps, 1)
 
     def __post_init__(self) -> None:
         if self.route not in ("driver", "direct"):
@@ -152,6 +158,9 @@ class PathSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConduitError(f"path setting {name!r} must be an integer >= {minimum}, got {shown(value)}")
+        steps = self.fragment_steps
+        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+            raise ConduitError(f"path setting 'fragment_steps' must be an integer >= 1, got {shown(steps)}")
         size = self.target_chunk_bytes
         if size is not None and (isinstance(size, bool) or not isinstance(size, int | float)
                                  or not 0 < size < math.inf):

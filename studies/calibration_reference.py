@@ -4,10 +4,11 @@ Simulates the two reference runs of ``shared/reference/rllib-2.60-stock-cpu.md``
 CartPole) on ``conduit/topologies/reference-2core.yaml`` and prints, per segment, the measured and simulated
 share of the iteration (target: within 25%). Writes ``results/calibration_reference.csv``.
 
-Read it honestly: the cost parameters (``conduit/sim/params.py``) were fitted to these same
-measurements, partly through the CartPole runs, so agreement shows that the modelled *structure*
-(which work is serial on the driver, what runs in parallel on the runners, what follows sampling)
-reproduces the measured path, not that the parameters were predicted independently.
+Read it honestly. The ``ref-*`` workloads copy measured segments and three stock costs still restate
+this table: those rows are *in-sample* (held to 25%: a check that the simulator executes them as
+intended). The stock costs of segments *a*, *b* and the replay buffer come from microbenchmarks of
+primitives (``benchmarks/stock_primitives.py``, ``conduit/sim/params.py``): those rows are *out of
+sample*, and their error is reported as a finding, not a failure. This is not validation.
 
     python studies/calibration_reference.py [--out results]
 """
@@ -33,11 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / "calibration_reference.csv"
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["workload", "segment", "measured_share", "simulated_share", "relative_error", "ok"])
+        writer.writerow(["workload", "segment", "measured_share", "simulated_share", "relative_error",
+                         "in_sample", "ok"])
         for r in rows:
-            writer.writerow([r.workload, r.segment, r.measured_share, r.simulated_share, r.relative_error, r.ok])
-    bad = [r for r in rows if not r.ok]
-    print(f"\n{len(rows) - len(bad)}/{len(rows)} segments within {TOLERANCE:.0%}; written {path}")
+            writer.writerow([r.workload, r.segment, r.measured_share, r.simulated_share, r.relative_error,
+                             r.in_sample, r.ok])
+    bad = [r for r in rows if r.in_sample and not r.ok]
+    inside = [r for r in rows if r.in_sample]
+    print(f"\n{len(inside) - len(bad)}/{len(inside)} in-sample segments within {TOLERANCE:.0%}; "
+          f"out-of-sample errors: " + ", ".join(f"{r.workload} {r.segment} {100 * r.relative_error:+.0f}%"
+                                                for r in rows if not r.in_sample) + f"; written {path}")
     return 1 if bad else 0
 
 

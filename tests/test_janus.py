@@ -10,6 +10,7 @@ import pytest
 from conduit.errors import ConduitError
 from conduit.policies.components import EarliestDeadlineFirst, OnDemand, TierPreference
 from conduit.policies.janus import (
+    FRAGMENT_STEPS,
     GRANULARITIES,
     PLACEMENTS,
     janus,
@@ -75,7 +76,8 @@ def test_parametric_entry_declares_its_space_and_checks_values():
     assert policy.name == "janus-gpu-co-so-g1"
     space = {p.name: p.choices for p in policy.space}
     assert space == {"placement": tuple(PLACEMENTS), "overlap_collection": (True, False),
-                     "overlap_selection": (True, False), "granularity": GRANULARITIES}
+                     "overlap_selection": (True, False), "granularity": GRANULARITIES,
+                     "fragment_steps": FRAGMENT_STEPS, "per_fragment_advantages": (False, True)}
     with pytest.raises(ConduitError, match="placement must be one of"):
         janus(placement="nvme")
     with pytest.raises(ConduitError, match="granularity must be one of"):
@@ -112,10 +114,13 @@ def ppo_search():
 
 def test_janus_best_picks_the_minimum_among_clean_runs(ppo_search):
     policy, rows = ppo_search
-    assert len(rows) == 60 and [r["name"] for r in rows] == [n for n, _ in CONFIGS]
-    evaluated = [r for r in rows if r["evaluated"]]
-    # PPO: selection overlap cannot matter; a runner makes 2 chunks per iteration, so g >= 2 are g2
-    assert len(evaluated) == 3 * 2 * 2
+    # the 60 configurations, then the fragment-length / per-fragment-advantage variants of their winner
+    assert [r["name"] for r in rows[:60]] == [n for n, _ in CONFIGS]
+    assert all(r.get("refinement") for r in rows[60:]) and len(rows) > 60
+    evaluated = [r for r in rows[:60] if r["evaluated"]]
+    # PPO: selection overlap cannot matter; a runner (10 per GPU, RLlib's Atari recipe) makes one
+    # chunk per iteration, so every g is g1
+    assert len(evaluated) == 3 * 2 * 1
     assert all(r["same_as"] and r["skip_reason"] for r in rows if not r["evaluated"])
     best = [r for r in rows if r["best"]]
     assert len(best) == 1 and best[0]["evaluated"] and best[0]["violations"] == 0
@@ -130,7 +135,8 @@ def test_janus_best_picks_the_minimum_among_clean_runs(ppo_search):
 
 @pytest.mark.parametrize(("workload", "skipped", "same_as"), [
     ("ppo", "janus-pinned-co-so-g1", "janus-pinned-co-nso-g1"),
-    ("ppo", "janus-gpu-nco-nso-g16", "janus-gpu-nco-nso-g2"),
+    # a runner makes one chunk per PPO iteration (10 runners per GPU), so every g is g1
+    ("ppo", "janus-gpu-nco-nso-g16", "janus-gpu-nco-nso-g1"),
     ("appo", "janus-pinned-co-so-g4", "janus-pinned-co-nso-g4"),
     ("appo", "janus-gpu-nco-so-g1", "janus-gpu-nco-nso-g1"),
 ])

@@ -88,7 +88,7 @@ def test_assignments_syntax():
 
 def test_overrides_are_validated():
     wl = apply_overrides(PRESETS["ppo"], {"runners_per_gpu": "2", "epochs": 2})
-    assert wl.runners_per_gpu == 2.0 and wl.epochs == 2 and PRESETS["ppo"].epochs == 4
+    assert wl.runners_per_gpu == 2.0 and wl.epochs == 2 and PRESETS["ppo"].epochs == 10
     with pytest.raises(WorkloadError, match="smaller than one chunk"):
         apply_overrides(PRESETS["ppo"], {"train_batch_per_learner": "100"})
 

@@ -26,3 +26,26 @@ def iterations(text: str) -> int:
 def seed(text: str) -> int:
     """``--seed``: a non-negative integer below 2**64."""
     return _int(text, "a non-negative integer below 2**64", 0, MAX_SEED)
+
+
+def seeds(text: str) -> int:
+    """``--seeds``: runs, one per seed, 1 to :data:`~conduit.sim.seeds.MAX_SEEDS`."""
+    from conduit.sim.seeds import MAX_SEEDS
+
+    return _int(text, f"an integer from 1 to {MAX_SEEDS} (runs, one per seed)", 1, MAX_SEEDS)
+
+
+def sim_time(text: str) -> float:
+    """``--sim-time``: simulated seconds > 0, a number or a time with a unit (``"30 s"``, ``"500 ms"``)."""
+    import math
+
+    from conduit.errors import UnitError
+    from conduit.units import Kind, parse_quantity
+
+    try:
+        value = parse_quantity(text.strip(), Kind.TIME)
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(f"must be simulated seconds > 0 (e.g. 30 or '500 ms'): {exc}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be simulated seconds > 0, got {text[:40]!r}")
+    return value

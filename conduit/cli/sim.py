@@ -1,7 +1,12 @@
 """``conduit sim``: simulate a workload's experience path on a topology (:func:`conduit.sim.run.simulate`).
 
 Prints a readable summary by default, or with ``--json`` one JSON object (``metrics`` with the four
-metrics of docs/metrics.md, ``audit`` with ``violations``). Exits 3 when the audit counts violations.
+metrics of docs/metrics.md, ``audit`` with ``violations``, and the ``provenance``, ``validity``,
+``steady_state`` blocks and ``warnings`` of :mod:`conduit.sim.provenance`). ``--seeds N`` runs N seeds
+and reports means with 95% confidence intervals (:mod:`conduit.sim.seeds`); ``--sim-time`` replaces
+``--iterations``; ``--stock-costs FILE`` replaces the stock cost model's fields
+(:mod:`conduit.sim.cost_file`). Warnings go to stderr in the readable form. Exits 3 when the audit
+counts violations.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ EXIT_VIOLATIONS = 3
 def cmd_sim(args: argparse.Namespace) -> int:
     from conduit.sim.metrics import dumps
 
-    if args.iterations < 1:
+    if args.iterations is not None and args.iterations < 1:
         raise ConduitError(f"--iterations must be >= 1, got {args.iterations}")
     if args.trace:
         from conduit.sim.metrics import Recorder
@@ -37,10 +42,37 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from conduit.sim.workload_fields import parse_assignments
 
     overrides = parse_assignments(args.set)
+    stock_costs = None
+    if args.stock_costs is not None:
+        from conduit.sim.cost_file import load_stock_costs
+
+        try:
+            load_stock_costs(args.stock_costs)  # refused here, naming the argument, before any run
+        except ConduitError as exc:
+            raise ConduitError(f"--stock-costs {exc}") from None
+        stock_costs = str(args.stock_costs)
+    if args.seeds > 1 and args.trace:
+        raise ConduitError("--trace writes one run's traces; it cannot be combined with --seeds above 1")
+    if args.sim_time is not None and args.iterations is not None:
+        raise ConduitError("--sim-time and --iterations are alternatives; give one of them")
+    iterations = args.iterations if args.iterations is not None else DEFAULT_ITERATIONS
+    run = {"iterations": iterations, "params": params, "overrides": overrides, "stock_costs": stock_costs,
+           "sim_time": args.sim_time}
+    if args.seeds > 1:
+        from conduit.sim.seeds import simulate_seeds
+
+        with conventions.progress_bar(f"simulating {args.workload} on {args.topology}, {args.seeds} seeds",
+                                      conventions.progress_enabled(args), unit="seed") as progress:
+            summary = simulate_seeds(args.topology, args.workload, args.policy, seeds=args.seeds, seed=args.seed,
+                                     progress=progress, **run)
+        if args.json:
+            print(dumps(summary.to_dict()))
+        else:
+            print_seed_summary(summary)
+        return EXIT_VIOLATIONS if summary.violations else 0
     with conventions.progress_bar(f"simulating {args.workload} on {args.topology}",
                                   conventions.progress_enabled(args), unit="update") as progress:
-        result = simulate(args.topology, args.workload, args.policy, iterations=args.iterations, seed=args.seed,
-                          params=params, progress=progress, overrides=overrides)
+        result = simulate(args.topology, args.workload, args.policy, seed=args.seed, progress=progress, **run)
     written = result.recorder.write_trace(args.trace, tiers=result.tier_trace) if args.trace else []
     if args.json:
         print(dumps(result.to_dict()))
@@ -53,6 +85,29 @@ def cmd_sim(args: argparse.Namespace) -> int:
               f"(exit status {EXIT_VIOLATIONS})", file=sys.stderr)
         return EXIT_VIOLATIONS
     return 0
+
+
+DEFAULT_ITERATIONS = 10
+
+
+def print_seed_summary(summary) -> None:
+    first = summary.results[0]
+    print(f"conduit sim: {first.workload.name} ({first.workload.algorithm}) on {first.topology}, policy "
+          f"{first.policy.name}, seeds {summary.seeds[0]}..{summary.seeds[-1]} ({len(summary.seeds)} runs)")
+    conf = summary.confidence
+    print(f"  {'metric':<28} {'mean':>12} {'95% CI (t)':>27} {'std':>11}")
+    for name in ("exposed_experience_path_s", "experience_path_s", "iteration_time_s", "experience_share"):
+        c = conf[name]
+        fmt = (lambda v: f"{100 * v:.2f} %") if name == "experience_share" else _t
+        ci = f"[{fmt(c['ci95'][0])}, {fmt(c['ci95'][1])}]" if math.isfinite(c["half_width"]) else "n/a"
+        print(f"  {name:<28} {fmt(c['mean']):>12} {ci:>27} {fmt(c['std']) if math.isfinite(c['std']) else 'n/a':>11}")
+    print(f"  audit violations (all seeds)  {summary.violations}")
+    _print_warnings(summary.warnings)
+
+
+def _print_warnings(warnings: list[str]) -> None:
+    for w in warnings:
+        print(f"conduit sim: warning: {w}", file=sys.stderr)
 
 
 def print_summary(result) -> None:
@@ -82,6 +137,11 @@ def print_summary(result) -> None:
     if result.audit.violations:
         print("  audit: " + ", ".join(f"{k}={v}" for k, v in result.audit.by_kind.items() if v))
     print(f"  simulated {result.sim_time:.3f} s")
+    topo = result.provenance.get("topology", {})
+    if topo:
+        print(f"  provenance: conduit {result.provenance['project_version']}, topology sha256 "
+              f"{topo['sha256'][:12]}, stock costs: {result.provenance['cost_parameters']['stock']['source']}")
+    _print_warnings(result.warnings)
 
 
 def _rejections(rejections: dict) -> str:
@@ -119,9 +179,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="override a workload field, e.g. --set runners_per_gpu=4 --set env_step_time='1 ms' "
                         "(repeatable; fields: conduit workload show NAME, docs/workload-format.md)")
-    p.add_argument("--iterations", type=_args.iterations, default=10,
-                   help=f"learner updates to simulate, 1 to {MAX_ITERATIONS:,} (default 10)")
+    p.add_argument("--iterations", type=_args.iterations, default=None,
+                   help=f"learner updates to simulate, 1 to {MAX_ITERATIONS:,} (default {DEFAULT_ITERATIONS})")
+    p.add_argument("--sim-time", type=_args.sim_time, default=None, metavar="SECONDS",
+                   help="instead of --iterations: run until the measured steady-state window covers this many "
+                        "simulated seconds (e.g. 30 or '500 ms')")
     p.add_argument("--seed", type=_args.seed, default=0, help="a non-negative integer (default 0)")
+    p.add_argument("--seeds", type=_args.seeds, default=1, metavar="N",
+                   help="run seeds SEED..SEED+N-1 and report each metric's mean and 95%% confidence interval "
+                        "(default 1)")
+    p.add_argument("--stock-costs", type=Path, default=None, metavar="FILE",
+                   help="YAML/JSON mapping of StockCosts fields (the rllib-stock cost model) to values; the "
+                        "costs in force are echoed in the output's provenance")
     p.add_argument("--json", action="store_true", help="print one JSON object (metrics per docs/metrics.md, audit)")
     p.add_argument("--trace", type=Path, help="chunk, update and tier traces: t.csv, t.updates.csv, t.tiers.csv")
     conventions.add_progress_flag(p)

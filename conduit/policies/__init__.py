@@ -11,7 +11,8 @@ Registered names (``conduit policies list``):
 * ``janus-{pageable|pinned|gpu}-{co|nco}-{so|nso}-g{1|2|4|8|16}`` — the 60 Janus baselines
   (:mod:`conduit.policies.janus`): fixed hand-tuned configurations of placement, collection overlap,
   selection overlap and granularity, batches built per batch; ``janus`` builds one from keyword
-  parameters (a declared ``Param`` space for ``conduit tune``).
+  parameters (a declared ``Param`` space for ``conduit tune``), including fragment length and
+  per-fragment advantages (names ``...-f{n}``, ``...-pfa``).
 * ``janus-best`` — the best ``janus-*`` configuration for one workload on one topology, found by
   exhaustive search on the simulator (:func:`conduit.sim.search.janus_best`); a backend resolves it,
   so creating it by name alone is an error.

@@ -86,7 +86,10 @@ class BandwidthAwarePlacement:
         Equal times are broken towards the consumer (HBM before host memory before NVMe) by a
         millionth per level: data already on the device needs no later move, and every byte left
         in host memory holds a staging slot that the next ingestion needs."""
-        source = _staging_tier(chunk, view)
+        return self._cost(chunk, tier, view, _staging_tier(chunk, view))
+
+    def _cost(self, chunk: ChunkInfo, tier: TierState, view: ClusterView, source: str | None) -> float:
+        """:meth:`cost` with the producer's staging tier already looked up (once per placement)."""
         first = view.transfer_time(source, tier.id, chunk.nbytes) if source is not None else 0.0
         second = view.time_to_ready(tier.id, chunk.consumer, chunk.nbytes) if chunk.consumer is not None else 0.0
         return (first + second) * (1.0 + 1e-6 * SPILL_ORDER.index(tier.kind)) + 1e-12 * SPILL_ORDER.index(tier.kind)
@@ -96,10 +99,11 @@ class BandwidthAwarePlacement:
 
     def place(self, chunk: ChunkInfo, view: ClusterView) -> Placement:
         best, best_cost = None, float("inf")
+        source = _staging_tier(chunk, view)
         for tier in self.candidates(chunk, view):
             if not self.feasible(tier, chunk.nbytes):
                 continue
-            cost = self.cost(chunk, tier, view)
+            cost = self._cost(chunk, tier, view, source)
             if cost < best_cost:
                 best, best_cost = tier, cost
         if best is None:

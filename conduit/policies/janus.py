@@ -20,6 +20,19 @@ overlap            (``overlap_update=True``, ``prefetch_depth=2``, :class:`Earli
 granularity        ``g`` in 1, 2, 4, 8, 16 chunks coalesced into one transfer
 =================  ==========================================================================
 
+Two further knobs are the first an RLlib user tunes, and each configuration can take them (keyword
+arguments of :func:`janus`; a name gains a suffix only when they are not the default):
+
+* ``fragment_steps`` (``-f{n}``) — the rollout fragment length: runners hand experience over every
+  ``n`` vector steps (``PathSettings.fragment_steps``) instead of once per workload fragment;
+* ``per_fragment_advantages`` (``-pfa``) — the learner connector, including PPO's advantages (the GAE
+  value pass), runs per fragment as it arrives (``batch_build="per-chunk"``), as RLlib computes
+  advantages over each episode chunk (``GeneralAdvantageEstimation`` is per episode), rather than
+  over the whole batch once it has arrived.
+
+``janus-best`` searches the 60 configurations, then these two knobs on the winner
+(:func:`conduit.sim.search.janus_best`).
+
 Every configuration takes the ``direct`` route (no driver hop) and builds batches **per batch**
 (``batch_build="per-batch"``): Janus keeps the learner connector (batch building, to-tensor, PPO's
 value pass) where the framework it wraps runs it — over the whole batch, once it has arrived.
@@ -50,23 +63,29 @@ PLACEMENTS: dict[str, tuple[TierKind, ...]] = {
     "gpu": (TierKind.HBM, TierKind.PINNED, TierKind.PAGEABLE, TierKind.NVME),
 }
 GRANULARITIES: tuple[int, ...] = (1, 2, 4, 8, 16)
+#: fragment lengths (vector steps) ``janus-best`` tries on its winner; 0 is the workload's own
+FRAGMENT_STEPS: tuple[int, ...] = (0, 128, 64, 32, 16)
 #: batches per learner allowed in flight when selection overlaps the update
 PREFETCH_DEPTH = 2
 JANUS_BEST = "janus-best"
-NAME_PATTERN = re.compile(r"^janus-(pageable|pinned|gpu)-(co|nco)-(so|nso)-g(\d+)$")
+NAME_PATTERN = re.compile(r"^janus-(pageable|pinned|gpu)-(co|nco)-(so|nso)-g(\d+)(?:-f(\d+))?(-pfa)?$")
 
 SPACE: tuple[Param, ...] = (
     Param("placement", choices=tuple(PLACEMENTS)),
     Param("overlap_collection", choices=(True, False)),
     Param("overlap_selection", choices=(True, False)),
     Param("granularity", choices=GRANULARITIES),
+    Param("fragment_steps", choices=FRAGMENT_STEPS),
+    Param("per_fragment_advantages", choices=(False, True)),
 )
 
 
-def janus_name(placement: str, overlap_collection: bool, overlap_selection: bool, granularity: int) -> str:
-    """``janus-{placement}-{co|nco}-{so|nso}-g{g}``."""
+def janus_name(placement: str, overlap_collection: bool, overlap_selection: bool, granularity: int,
+               fragment_steps: int | None = None, per_fragment_advantages: bool = False) -> str:
+    """``janus-{placement}-{co|nco}-{so|nso}-g{g}[-f{n}][-pfa]``."""
     return (f"janus-{placement}-{'co' if overlap_collection else 'nco'}-"
-            f"{'so' if overlap_selection else 'nso'}-g{granularity}")
+            f"{'so' if overlap_selection else 'nso'}-g{granularity}"
+            f"{f'-f{fragment_steps}' if fragment_steps else ''}{'-pfa' if per_fragment_advantages else ''}")
 
 
 def parse_janus_name(name: str) -> dict[str, Any]:
@@ -75,12 +94,20 @@ def parse_janus_name(name: str) -> dict[str, Any]:
     if match is None or int(match.group(4)) not in GRANULARITIES:
         raise ConduitError(f"{name!r} is not a Janus configuration name "
                            f"(janus-<pageable|pinned|gpu>-<co|nco>-<so|nso>-g<{'|'.join(map(str, GRANULARITIES))}>)")
-    placement, co, so, g = match.groups()
-    return {"placement": placement, "overlap_collection": co == "co", "overlap_selection": so == "so",
-            "granularity": int(g)}
+    placement, co, so, g, f, pfa = match.groups()
+    out: dict[str, Any] = {"placement": placement, "overlap_collection": co == "co",
+                           "overlap_selection": so == "so", "granularity": int(g)}
+    if f is not None:
+        if int(f) < 1:
+            raise ConduitError(f"{name!r}: the fragment length after '-f' must be >= 1")
+        out["fragment_steps"] = int(f)
+    if pfa:
+        out["per_fragment_advantages"] = True
+    return out
 
 
-def _check(placement: Any, overlap_collection: Any, overlap_selection: Any, granularity: Any) -> None:
+def _check(placement: Any, overlap_collection: Any, overlap_selection: Any, granularity: Any,
+           fragment_steps: Any = None, per_fragment_advantages: Any = False) -> None:
     if placement not in PLACEMENTS:
         raise ConduitError(f"janus: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
     for name, value in (("overlap_collection", overlap_collection), ("overlap_selection", overlap_selection)):
@@ -88,34 +115,51 @@ def _check(placement: Any, overlap_collection: Any, overlap_selection: Any, gran
             raise ConduitError(f"janus: {name} must be true or false, got {value!r}")
     if isinstance(granularity, bool) or granularity not in GRANULARITIES:
         raise ConduitError(f"janus: granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if fragment_steps is not None and (isinstance(fragment_steps, bool) or not isinstance(fragment_steps, int)
+                                       or fragment_steps < 0):
+        raise ConduitError(f"janus: fragment_steps must be an integer >= 1, or 0 or null for the workload's "
+                           f"own fragment, got {fragment_steps!r}")
+    if not isinstance(per_fragment_advantages, bool):
+        raise ConduitError(f"janus: per_fragment_advantages must be true or false, got {per_fragment_advantages!r}")
 
 
 def janus(placement: str = "gpu", overlap_collection: bool = True, overlap_selection: bool = True,
-          granularity: int = 1) -> Policy:
-    """A Janus fixed configuration: tier placement, collection/selection overlap, granularity."""
-    _check(placement, overlap_collection, overlap_selection, granularity)
+          granularity: int = 1, fragment_steps: int | None = None, per_fragment_advantages: bool = False) -> Policy:
+    """A Janus fixed configuration: tier placement, collection/selection overlap, granularity,
+    fragment length and per-fragment advantages."""
+    _check(placement, overlap_collection, overlap_selection, granularity, fragment_steps, per_fragment_advantages)
     granularity = int(granularity)
-    name = janus_name(placement, overlap_collection, overlap_selection, granularity)
+    fragment_steps = fragment_steps or None
+    name = janus_name(placement, overlap_collection, overlap_selection, granularity, fragment_steps,
+                      per_fragment_advantages)
     depth = PREFETCH_DEPTH if overlap_selection else 0
     scheduling = EarliestDeadlineFirst(depth=depth) if overlap_selection else OnDemand()
     return Policy(
         name=name,
         placement=TierPreference(PLACEMENTS[placement], name=f"janus-{placement}"),
         scheduling=scheduling,
-        path=PathSettings(route="direct", batch_build="per-batch", pinned=placement != "pageable",
-                          granularity=granularity, overlap_collection=overlap_collection,
-                          overlap_update=overlap_selection, prefetch_depth=depth),
+        path=PathSettings(route="direct", batch_build="per-chunk" if per_fragment_advantages else "per-batch",
+                          pinned=placement != "pageable", granularity=granularity,
+                          overlap_collection=overlap_collection, overlap_update=overlap_selection,
+                          prefetch_depth=depth, fragment_steps=fragment_steps),
         params={"placement": placement, "overlap_collection": overlap_collection,
-                "overlap_selection": overlap_selection, "granularity": granularity},
+                "overlap_selection": overlap_selection, "granularity": granularity,
+                **({"fragment_steps": fragment_steps} if fragment_steps else {}),
+                **({"per_fragment_advantages": True} if per_fragment_advantages else {})},
         space=SPACE,
-        summary=_summary(placement, overlap_collection, overlap_selection, granularity),
+        summary=_summary(placement, overlap_collection, overlap_selection, granularity, fragment_steps,
+                         per_fragment_advantages),
     )
 
 
-def _summary(placement: str, co: bool, so: bool, g: int) -> str:
+def _summary(placement: str, co: bool, so: bool, g: int, fragment_steps: int | None = None,
+             pfa: bool = False) -> str:
+    extra = (f", fragments of {fragment_steps} vector steps" if fragment_steps else "") + (
+        ", advantages per fragment" if pfa else "")
     return (f"Janus fixed configuration: {placement} placement, collection "
             f"{'overlapped with' if co else 'after'} rollout, selection "
-            f"{'overlapped with' if so else 'after'} the update, {g} chunk{'s' if g > 1 else ''} per transfer")
+            f"{'overlapped with' if so else 'after'} the update, {g} chunk{'s' if g > 1 else ''} per transfer"
+            f"{extra}")
 
 
 def janus_configurations() -> Iterator[tuple[str, dict[str, Any]]]:
@@ -138,7 +182,8 @@ def configuration_factory(name: str) -> Callable[[], Policy]:
 
     factory.__name__ = name.replace("-", "_")
     factory.__doc__ = _summary(kwargs["placement"], kwargs["overlap_collection"], kwargs["overlap_selection"],
-                               kwargs["granularity"])
+                               kwargs["granularity"], kwargs.get("fragment_steps"),
+                               kwargs.get("per_fragment_advantages", False))
     return factory
 
 

@@ -1,10 +1,30 @@
 """APPO/IMPALA in the simulator: bounded staleness, by the stock route and by the plane's.
 
-Stock RLlib 2.60 (``impala.py: IMPALA.training_step``): runners ``ray.put`` their episodes and return
-references; the driver polls them (``foreach_env_runner_async``, *a*) and hands the references to the
-learners (*b*); the learner resolves them with ``ray.get`` (transfer + deserialize), runs its
-connector (*c*), and a GPU loader thread (``_GPULoaderThread``) does to-tensor plus the pageable copy
-(*d*) into the learner thread's circular buffer (``CircularBuffer``), which trains.
+Stock RLlib 2.60, step by step (files under ``ray/rllib/``):
+
+1. Runners sample asynchronously; ``SingleAgentEnvRunner.sample`` returns episodes that Ray pickles
+   and puts into the runner's object store (``StockCosts.sample_serialize``); the driver only
+   receives the **reference** (``algorithms/impala/impala.py: IMPALA._sample_and_get_connector_states``
+   via ``foreach_env_runner_async`` / ``fetch_ready_async_reqs``): per result, ``rpc_driver_cpu``
+   plus bookkeeping on the driver's thread -- segment *a*.
+2. ``IMPALA.training_step`` -> ``_pre_queue_episode_refs(episode_refs, package_size=
+   total_train_batch_size)`` groups references into packages of the whole step's batch (every
+   learner's share), and ``LearnerGroup.update(training_data=TrainingData(episodes_refs=package),
+   async_update=True)`` shards each package across the learners (``core/learner/training_data.py:
+   TrainingData.shard`` -> ``ShardObjectRefIterator``: learner *i* gets the *i*-th contiguous slice of
+   the package's references). The driver passes references only: one ``rpc_driver_cpu`` per learner
+   call, no data -- segment *b*. (Not chunk *i* of every runner to learner ``i % L``: that sent every
+   runner's data to the same learner at once.) With ``num_aggregator_actors_per_learner > 0``
+   (default 0 in 2.60, ``IMPALAConfig.__init__``) aggregator actors would run the learner connector
+   per package instead; the simulator's learner-node CPU pool already runs that work concurrently
+   with the update, so the default is modelled.
+3. The learner resolves the references (``defer_solve_refs_to_learner=True``:
+   ``TrainingData.solve_refs`` in the learner): the bytes move from the runner's node, ``ray.get``
+   reads the arrays zero-copy (segment *get*); the learner connector builds the batch (*c*, stacking
+   ``frame_stack`` frames); the GPU loader thread (``algorithms/impala/impala_learner.py:
+   _GPULoaderThread._to_device_safe``: ``batch.to_device(device, pin_memory=True)``) does to-tensor
+   and copies through pinned memory (a CPU copy into a pinned buffer, then DMA) into the learner
+   thread's ``CircularBuffer`` (*d*), which trains.
 
 The plane's route: chunks go to their learner's queue through
 :class:`~conduit.sim.direct.DirectRoute`; each update gathers fresh chunks within the lag bound and
@@ -31,9 +51,12 @@ class AppoLoop:
     def appo_loop(self) -> Generator:
         w = self.workload
         learners = self.layout.learners
-        queues = {lr.id: _ReadyQueue(self.env) for lr in learners}
+        self._appo_any = _Notifier(self.env)  # any queue changed (stock runners' backpressure)
+        queues = {lr.id: _ReadyQueue(self.env, self._appo_any) for lr in learners}
+        self._package: list[tuple[RunnerRole, Chunk]] = []  # stock: references waiting for a package
         self._runner_version = {r.id: 0 for r in self.layout.runners}
         self._stop = False
+        self._stock_pending = 0  # stock: chunks created, not yet in a learner's queue
         for r in self.layout.runners:
             self.env.process(self.appo_runner(r, queues))
         t_free = {lr.id: 0.0 for lr in learners}
@@ -86,22 +109,27 @@ class AppoLoop:
             if self._stop:
                 return
             if self.path.route == "driver":
-                target = self.layout.learners[i % len(self.layout.learners)]
-            else:
-                target = self.layout.target(runner, i // self.path.granularity)
+                # the learner is decided when the driver shards a package (stock_appo_package)
+                chunk, _ = self.new_chunk(runner, self.layout.learners[0], self._runner_version[runner.id])
+                self._stock_pending += 1
+                self.env.process(self.stock_appo_path(runner, chunk, queues))
+                # backpressure: runners do not outrun the learners by more than max_lag batches each
+                limit = (w.max_lag + 2) * w.chunks_per_batch * len(queues)
+                while (sum(len(q.items) for q in queues.values()) + self._stock_pending > limit
+                       and not self._stop):
+                    yield self._appo_any.changed()
+                continue
+            target = self.layout.target(runner, i // self.path.granularity)
             i += 1
             chunk, trace = self.new_chunk(runner, target, self._runner_version[runner.id])
             queue = queues[target.id]
-            if self.path.route == "driver":
-                self.env.process(self.stock_appo_path(runner, target, chunk, queue))
-            else:
-                group.append((chunk, trace))
-                queue.in_flight += 1  # counted from creation, so backpressure sees coalescing chunks
-                if len(group) >= self.path.granularity:
-                    handoff = self.env.process(self._direct_then_queue(runner, target, group, queue))
-                    group = []
-                    if not self.path.overlap_collection:  # the runner waits for its chunks to be collected
-                        yield handoff
+            group.append((chunk, trace))
+            queue.in_flight += 1  # counted from creation, so backpressure sees coalescing chunks
+            if len(group) >= self.path.granularity:
+                handoff = self.env.process(self._direct_then_queue(runner, target, group, queue))
+                group = []
+                if not self.path.overlap_collection:  # the runner waits for its chunks to be collected
+                    yield handoff
             # backpressure: a runner does not outrun its learner's queue by more than max_lag batches;
             # one about to wait first hands over what it is coalescing (its learner may need it)
             while len(queue.items) + queue.in_flight > (w.max_lag + 2) * w.chunks_per_batch and not self._stop:
@@ -116,36 +144,67 @@ class AppoLoop:
             queue.in_flight -= 1
             queue.put(chunk.id)
 
-    def stock_appo_path(self, runner: RunnerRole, lr: LearnerRole, chunk: Chunk, queue) -> Generator:
-        """ray.put on the runner; the driver polls the reference; the learner resolves it, builds and
-        copies it (GPU loader thread) into the circular buffer."""
+    def stock_appo_path(self, runner: RunnerRole, chunk: Chunk, queues: dict) -> Generator:
+        """Step 1 of the module docstring: pickle + put on the runner, the driver fetches the
+        reference; once a package holds every learner's share, step 2 shards it."""
         s, w = self.stock, self.workload
-        queue.in_flight += 1
         t0 = self.env.now
         yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, chunk.nbytes))
         yield from self.place_in(chunk.id, self.host_tier(runner.memory))
-        yield from self.on_driver(s.rpc_overhead + s.driver_bookkeeping)
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))  # the reply travels
+        yield from self.on_driver(s.rpc_driver_cpu + s.driver_bookkeeping)
+        self.stock_calls["sample_result"] += 1
+        if self.layout.learners[0].index == 0 and not self._package:
+            self.rec.span(self.version, "a", t0, self.env.now)
+        self._package.append((runner, chunk))
+        learners = self.layout.learners
+        if len(self._package) >= w.chunks_per_batch * len(learners):
+            package, self._package = self._package, []
+            self.env.process(self.stock_appo_package(package, queues))
+
+    def stock_appo_package(self, package: list, queues: dict) -> Generator:
+        """Step 2: ``ShardObjectRefIterator`` -- learner *i* gets the *i*-th contiguous slice of the
+        package; one reference-only ``update`` call per learner."""
+        s = self.stock
+        learners = self.layout.learners
         t_b = self.env.now
-        yield from self.on_driver(s.rpc_overhead / 4)  # hand the reference list to the learner actor
+        self.stock_calls["package"] += 1
+        shards = shard_object_refs(package, len(learners))
+        self.stock_shards.append([len(shard) for shard in shards])
+        for lr, shard in zip(learners, shards, strict=True):
+            yield from self.on_driver(s.rpc_driver_cpu)
+            self.stock_calls["update_call"] += 1
+            for runner, chunk in shard:
+                self.rec.chunks[chunk.id].learner = lr.id
+                self.env.process(self.stock_appo_learner(runner, lr, chunk, queues[lr.id], t_b))
+
+    def stock_appo_learner(self, runner: RunnerRole, lr: LearnerRole, chunk: Chunk, queue, t_b: float) -> Generator:
+        """Step 3: the learner resolves the reference, builds, and its GPU loader copies through
+        pinned memory into the circular buffer."""
+        s, w = self.stock, self.workload
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
         t_get = self.env.now
         yield from self.transfer(runner.memory, lr.memory, chunk.nbytes)
         yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, chunk.nbytes))
         yield from self.move_to(chunk.id, lr.pageable)
         t_c = self.env.now
-        yield from self.cpu(lr.node, s.connector(chunk.steps / w.steps_per_row, chunk.nbytes))
+        built = chunk.nbytes * w.frame_stack
+        yield from self.cpu(lr.node, s.connector(chunk.steps / w.steps_per_row, built))
         t_d = self.env.now
-        yield from self.cpu(lr.node, s.to_tensor(chunk.nbytes))
-        yield from self.copy_to_device(lr, chunk.nbytes, pinned=False)
+        yield from self.cpu(lr.node, s.to_tensor(built))
+        # pin_memory=True: a CPU copy into a pinned buffer on the loader thread, then DMA
+        if lr.hbm is not None:
+            yield from self.cpu(lr.node, built / self.staging_bandwidth(lr.memory))
+        yield from self.copy_to_device(lr, built, pinned=True)
         yield from self.move_to(chunk.id, lr.device_tier)
         self.rec.chunks[chunk.id].t_ready = self.env.now
         if lr.index == 0:
             k = self.version
-            self.rec.span(k, "a", t0, t_b)
             self.rec.span(k, "b", t_b, t_get)
             self.rec.span(k, "get", t_get, t_c)
             self.rec.span(k, "c", t_c, t_d)
             self.rec.span(k, "d", t_d, self.env.now)
-        queue.in_flight -= 1
+        self._stock_pending -= 1
         queue.put(chunk.id)
 
     def appo_gather(self, lr: LearnerRole, k: int, queue, reuse: deque, uses: dict) -> Generator:
@@ -194,18 +253,27 @@ class AppoLoop:
         return batch, max(fresh, default=0.0), self.env.now, done
 
 
-class _ReadyQueue:
-    """Chunks ready for a learner (APPO), with an event that fires on every change."""
+def shard_object_refs(refs: list, num_shards: int) -> list[list]:
+    """``ray/rllib/utils/minibatch_utils.py: ShardObjectRefIterator``, restated: ``num_shards``
+    contiguous slices of ``refs``, as equal as possible, the first ``len(refs) % num_shards`` one
+    longer."""
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    size, remaining = divmod(len(refs), num_shards)
+    out, start = [], 0
+    for i in range(num_shards):
+        end = start + size + (1 if i < remaining else 0)
+        out.append(refs[start:end])
+        start = end
+    return out
+
+
+class _Notifier:
+    """An event that fires on every change (and is replaced)."""
 
     def __init__(self, env: simpy.Environment):
         self.env = env
-        self.items: deque[int] = deque()
-        self.in_flight = 0
         self._changed = env.event()
-
-    def put(self, cid: int) -> None:
-        self.items.append(cid)
-        self.notify()
 
     def notify(self) -> None:
         event, self._changed = self._changed, self.env.event()
@@ -213,3 +281,23 @@ class _ReadyQueue:
 
     def changed(self) -> simpy.Event:
         return self._changed
+
+
+class _ReadyQueue(_Notifier):
+    """Chunks ready for a learner (APPO), with an event that fires on every change (and, when given,
+    one shared by all queues)."""
+
+    def __init__(self, env: simpy.Environment, shared: _Notifier | None = None):
+        super().__init__(env)
+        self.items: deque[int] = deque()
+        self.in_flight = 0
+        self._shared = shared
+
+    def put(self, cid: int) -> None:
+        self.items.append(cid)
+        self.notify()
+
+    def notify(self) -> None:
+        super().notify()
+        if self._shared is not None:
+            self._shared.notify()

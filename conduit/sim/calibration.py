@@ -6,6 +6,14 @@ VM, ray 2.60.0, torch 2.13.0, new API stack) for the two runs the simulator must
 runner, local learner; ms per ~1,082-step iteration). The machine is ``conduit/topologies/reference-2core.yaml``,
 the runs are the ``ref-ppo-atari`` and ``ref-dqn-cartpole`` workloads, and :func:`compare` simulates
 them under ``rllib-stock`` and puts each segment's share of the iteration beside the measured one.
+
+**This is not validation.** The ``ref-*`` workloads copy measured segments (sampling, update, GAE,
+weight sync), and three stock costs (learner connector *c*, ``NumpyToTensor`` *d*, bookkeeping *a2*)
+still restate this table, so those rows are *in-sample*: they only check that the simulator executes
+the copied figures as intended (:data:`IN_SAMPLE`, held to :data:`TOLERANCE`). The other rows --
+segments *a* and *b*, the replay buffer's add and sample, and the experience-path total -- come from
+microbenchmarks of primitives (:mod:`conduit.sim.params`) and are *out of sample*: their error is a
+finding, reported, never tuned away. Validation against real runs is ``studies/validation.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ REFERENCE: dict[str, dict[str, float]] = {
 #: env steps (= updates) per measured DQN iteration: 1,882 ms of buffer sampling at 1.739 ms a call
 DQN_STEPS_PER_ITERATION = 1082
 TOLERANCE = 0.25
+#: segments the simulation takes from the reference itself (workload fields or borrowed costs)
+IN_SAMPLE = frozenset({"sampling", "a2", "c", "d", "gae", "update", "weight_sync"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,11 @@ class SegmentComparison:
     @property
     def relative_error(self) -> float:
         return self.simulated_share / self.measured_share - 1.0
+
+    @property
+    def in_sample(self) -> bool:
+        """Whether the simulation takes this segment from the reference (see the module docstring)."""
+        return self.segment in IN_SAMPLE
 
     @property
     def ok(self) -> bool:
@@ -69,8 +84,9 @@ def compare(iterations: int = 6, seed: int = 0) -> list[SegmentComparison]:
 
 
 def format_table(rows: list[SegmentComparison]) -> str:
-    lines = [f"{'workload':<18} {'segment':<20} {'measured':>9} {'simulated':>10} {'error':>8}  ok"]
+    lines = [f"{'workload':<18} {'segment':<20} {'measured':>9} {'simulated':>10} {'error':>8}  {'source':<13} ok"]
     for r in rows:
         lines.append(f"{r.workload:<18} {r.segment:<20} {100 * r.measured_share:>8.3f}% "
-                     f"{100 * r.simulated_share:>9.3f}% {100 * r.relative_error:>+7.1f}%  {'yes' if r.ok else 'NO'}")
+                     f"{100 * r.simulated_share:>9.3f}% {100 * r.relative_error:>+7.1f}%  "
+                     f"{'in-sample' if r.in_sample else 'out-of-sample':<13} {'yes' if r.ok else 'NO'}")
     return "\n".join(lines)

@@ -1,9 +1,21 @@
 """DQN in the simulator: replay, by the stock route and by the plane's.
 
-Stock RLlib 2.60 (``dqn.py: DQN.training_step``): runners sample a few steps per call (*a*); the
-driver adds them to its ``EpisodeReplayBuffer`` (``add`` deep-copies), samples a batch per learner
-(``sample``), sends it to the learner (*b*), whose connector (*c*) and pageable copy (*d*) run before
-each update; weights are synced after the updates.
+Stock RLlib 2.60 (``ray/rllib/algorithms/dqn/dqn.py: DQN._training_step_new_api_stack``), one round:
+
+1. ``synchronous_parallel_sample`` (``execution/rollout_ops.py``): every runner samples one fragment;
+   the ``foreach_actor`` round trips overlap; each result is pickled + put on its runner and read
+   zero-copy by the driver's ``ray.get`` (segment *a*).
+2. **One** ``local_replay_buffer.add(episodes)`` of the whole round (``EpisodeReplayBuffer.add``).
+3. Once ``num_steps_sampled_before_learning_starts`` is reached, ``sample_and_train_weight`` times
+   (``utils/replay_buffers/utils.py: calculate_rr_weights``, the replay ratio): **one**
+   ``local_replay_buffer.sample(num_items=total_train_batch_size)`` for all learners (one episode
+   per sampled item), then ``LearnerGroup.update(episodes=...)``, which shards the items across the
+   learners (``TrainingData.shard`` -> ``ShardEpisodesIterator``) and sends each shard as an actor
+   call argument (pickled in the driver, round trips overlapping; *b*); the learner's connector
+   (*c*, stacking ``frame_stack`` frames) and a pageable copy (*d*) run before each update.
+4. Weights are synced to the runners after the round's updates.
+
+With a local learner (``num_learners=0``) steps 3's call and serialization are a function call.
 
 The plane's route: runners stream chunks into per-learner replay tables placed by the policy (HBM
 first, spilling down); the contract's own rate limiter (``can_insert``/``can_sample``) holds the
@@ -56,7 +68,6 @@ class DqnLoop:
         """``DQN.training_step``: sample, add, then replay-ratio many updates, then sync weights."""
         w, s = self.workload, self.stock
         learners, runners = self.layout.learners, self.layout.runners
-        driver_mem = self.layout.driver_memory
         buffer: deque[int] = deque()
         inserted = sampled = 0
         update = 0
@@ -71,16 +82,16 @@ class DqnLoop:
             new = [results[p] for p in sample_procs]
             last_created = max(self._chunks[c].t_created for c in new)
             t_a = self.env.now
-            for runner, cid in zip(runners, new, strict=True):
-                yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_bytes))
-                yield from self.place_in(cid, self.host_tier(runner.memory))
-                yield from self.transfer(runner.memory, driver_mem, w.chunk_bytes)
-                yield from self.on_driver(s.rpc_overhead + s.sample_deserialize(w.chunk_episodes, w.chunk_bytes))
-                yield from self.move_to(cid, self.host_tier(driver_mem))
+            fetches = [self.env.process(self._stock_dqn_fetch(runner, cid))
+                       for runner, cid in zip(runners, new, strict=True)]
+            yield simpy.AllOf(self.env, fetches)
             self.rec.span(it, "a", t_a, self.env.now)
             t_add = self.env.now
+            # one add() of the whole round's episodes
+            yield from self.on_driver(s.buffer_add(len(new) * w.chunk_steps))
+            self.stock_calls["buffer_add"] += 1
+            self.stock_calls["round"] += 1
             for cid in new:
-                yield from self.on_driver(s.buffer_add_per_call + s.buffer_add_per_step * w.chunk_steps)
                 self._replay_insert(buffer, cid)
                 inserted += w.chunk_steps
             self.rec.span(it, "buffer_add", t_add, self.env.now)
@@ -89,14 +100,21 @@ class DqnLoop:
                 due = int(max(0, w.replay_ratio * (inserted - w.min_size) - sampled) // (w.batch_size * len(learners)))
             for _ in range(min(due, self.iterations - update)):
                 t_smp = self.env.now
+                # one sample() of the total train batch, then sharded: batch_size items per learner
+                yield from self.on_driver(s.buffer_sample(w.batch_size * len(learners)))
+                self.stock_calls["buffer_sample"] += 1
                 selections = {}
                 for lr in learners:
-                    yield from self.on_driver(s.buffer_sample_per_call)
                     selections[lr.id] = self._replay_sample(buffer, w.batch_size)
                     sampled += w.batch_size
                 self.rec.span(update, "buffer_sample", t_smp, self.env.now)
                 t_b = self.env.now
-                prep = [self.env.process(self._stock_dqn_batch(lr, batch_bytes, update, t_b)) for lr in learners]
+                prep = []
+                for lr in learners:
+                    if not w.local_learner:  # the shard as a call argument, pickled in the driver
+                        yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(w.batch_size, batch_bytes))
+                    self.stock_calls["update_call"] += 1
+                    prep.append(self.env.process(self._stock_dqn_batch(lr, batch_bytes, update, t_b)))
                 yield simpy.AllOf(self.env, prep)
                 ready = self.env.now
                 for lr in learners:
@@ -117,9 +135,18 @@ class DqnLoop:
             t_sync = self.env.now
             yield self.env.timeout(w.weight_sync_time)
             self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
-            t_over = self.env.now
-            yield from self.on_driver(s.driver_loop_overhead)
-            self.rec.span(max(it, update - 1), "overhead", t_over, self.env.now)
+
+    def _stock_dqn_fetch(self, runner: RunnerRole, cid: int) -> Generator:
+        """One runner's result: pickle + put on the runner, the overlapping round trip, the pull to
+        the driver's node and a zero-copy get on the driver's thread."""
+        w, s = self.workload, self.stock
+        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_bytes))
+        yield from self.place_in(cid, self.host_tier(runner.memory))
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
+        yield from self.transfer(runner.memory, self.layout.driver_memory, w.chunk_bytes)
+        yield from self.on_driver(s.rpc_driver_cpu + s.sample_deserialize(w.chunk_episodes, w.chunk_bytes))
+        self.stock_calls["sample_result"] += 1
+        yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         yield self.env.timeout(self.sample_time(self.workload.fragment_length))
@@ -127,24 +154,26 @@ class DqnLoop:
         return chunk.id
 
     def _stock_dqn_batch(self, lr: LearnerRole, nbytes: float, update: int, t_b: float) -> Generator:
-        """Driver -> learner, connector, to-tensor and pageable copy of one sampled batch. With a
-        local learner (RLlib ``num_learners=0``) it all runs on the driver's thread."""
+        """Driver -> learner (the driver already pickled the shard), connector, to-tensor and pageable
+        copy of one sampled batch. With a local learner (RLlib ``num_learners=0``) it all runs on
+        the driver's thread."""
         s, w = self.stock, self.workload
+        built = nbytes * w.frame_stack
         if w.local_learner:
             yield from self.on_driver(s.local_call_overhead)
             t_c = self.env.now
-            yield from self.on_driver(s.connector(w.batch_size / w.steps_per_row, nbytes))
+            yield from self.on_driver(s.connector(w.batch_size / w.steps_per_row, built))
             t_d = self.env.now
-            yield from self.on_driver(s.to_tensor(nbytes))
+            yield from self.on_driver(s.to_tensor(built))
         else:
-            yield from self.on_driver(s.rpc_overhead / 4 + s.shard_serialize(1, nbytes))
+            yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-            yield from self.cpu(lr.node, s.shard_deserialize(1, nbytes))
+            yield from self.cpu(lr.node, s.shard_deserialize(w.batch_size, nbytes))
             t_c = self.env.now
-            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, nbytes))
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, built))
             t_d = self.env.now
-            yield from self.cpu(lr.node, s.to_tensor(nbytes))
-        yield from self.copy_to_device(lr, nbytes, pinned=False)
+            yield from self.cpu(lr.node, s.to_tensor(built))
+        yield from self.copy_to_device(lr, built, pinned=False)
         if lr.index == 0:
             self.rec.span(update, "b", t_b, t_c)
             self.rec.span(update, "c", t_c, t_d)
@@ -259,8 +288,8 @@ class DqnLoop:
         yield from self._copy_in(lr, by_tier)
         if self.path.batch_build == "per-batch":  # the framework's connector over the sampled batch
             s = self.stock
-            nbytes = w.batch_size * w.bytes_per_step
-            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, nbytes) + s.to_tensor(nbytes))
+            built = w.batch_size * w.bytes_per_step * w.frame_stack
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, built) + s.to_tensor(built))
         for cid, _ in selections:
             trace = self.rec.chunks[cid]
             if math.isnan(trace.t_ready):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import math
+from collections import Counter
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ from conduit.sim.metrics import ChunkTrace, Recorder
 from conduit.sim.network import Network
 from conduit.sim.params import PlaneCosts, StockCosts
 from conduit.sim.ppo import PpoLoop
+from conduit.sim.provenance import provenance, steady_state, validity
 from conduit.sim.resources import ComputeEngine, CpuPool, FifoServer, TierLedger
 from conduit.sim.view import SimClusterView
 from conduit.sim.workload import Workload
@@ -71,6 +73,18 @@ class SimResult:
     events: int
     tier_trace: list = field(default_factory=list, repr=False)
     rejections: dict[str, Any] = field(default_factory=dict)
+    #: what produced the result (:func:`conduit.sim.provenance.provenance`)
+    provenance: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: distance from the calibrated points (:func:`conduit.sim.provenance.validity`)
+    validity: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: warm-up, measured window, rounds, trend (:func:`conduit.sim.provenance.steady_state`)
+    steady_state: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Everything a reader should know before citing the figures: extrapolation, a short or
+        trending window."""
+        return [*self.validity.get("warnings", []), *self.steady_state.get("warnings", [])]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +103,10 @@ class SimResult:
             "sim_time_s": self.sim_time,
             "events": self.events,
             "rejections": self.rejections,
+            "warnings": self.warnings,
+            "steady_state": self.steady_state,
+            "validity": self.validity,
+            "provenance": self.provenance,
         }
 
     def to_rows(self, kind: str = "summary") -> list[dict[str, Any]]:
@@ -106,7 +124,11 @@ class SimResult:
 
 
 class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
-    """One simulated training run. ``run()`` returns a :class:`SimResult`."""
+    """One simulated training run. ``run()`` returns a :class:`SimResult`.
+
+    ``memoize_view=False`` makes the policy's :class:`~conduit.sim.view.SimClusterView` recompute
+    every fact on every access: the straightforward reference that the memoized view (the default,
+    several times faster at scale) must match exactly (``tests/test_sim_speed.py``)."""
 
     def __init__(
         self,
@@ -119,20 +141,24 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         stock: StockCosts | None = None,
         plane: PlaneCosts | None = None,
         progress: Callable[[int, int], None] | None = None,
+        memoize_view: bool = True,
+        stock_source: str | None = None,
     ):
         if iterations < 1:
             raise ConduitError(f"iterations must be >= 1, got {iterations}")
         self.path = policy.path
-        pieces = self.path.pieces(workload.chunk_bytes)
+        self.layout: ClusterLayout = lay_out(topology, workload)
+        workload = auto_fragment(workload, len(self.layout.runners), len(self.layout.learners))
+        pieces = self.path.pieces(workload.chunk_bytes, workload.fragment_length)
         if pieces > 1:
             workload = split_fragments(workload, pieces)
         self.topology, self.workload, self.policy = topology, workload, policy
         self.iterations, self.seed = iterations, seed
         self.stock, self.plane = stock or StockCosts(), plane or PlaneCosts()
+        self.stock_source = stock_source  # where ``stock`` came from (a --stock-costs file), for the provenance
         self.progress = progress
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
-        self.layout: ClusterLayout = lay_out(topology, workload)
         self.network = Network(self.env, topology.graph)
         self.cpus = {
             node: CpuPool(self.env, node, sum(c.get("cores", 1) for c in topology.devices_of("cpu", node)) or 1,
@@ -155,8 +181,13 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         self.arbiter = Arbiter(policy, self.rejections)
         self.chunk_ledger = ChunkLedger(self.ledger.capacity, self.auditor)
         self.rec = Recorder()
-        self.view = SimClusterView(self)
+        self.view = SimClusterView(self, memoize=memoize_view)
         self.driver_thread = FifoServer(self.env, 1)
+        #: the stock route's driver-side calls by kind (``sample_result``, ``update_call``,
+        #: ``buffer_add``, ``buffer_sample``, ``round``, ``package``): what its loops did, countable
+        self.stock_calls: Counter[str] = Counter()
+        #: APPO's stock route: the shard sizes (chunks per learner) of every package the driver split
+        self.stock_shards: list[list[int]] = []
         self.version = 0
         self._next_chunk = 0
         self._chunks: dict[int, Chunk] = {}
@@ -237,10 +268,12 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
     def sample_time(self, vector_steps: int) -> float:
         w = self.workload
         if w.env_step_cv > 0 and w.env_step_time > 0:
-            sigma = math.sqrt(math.log1p(w.env_step_cv**2))
-            mu = math.log(w.env_step_time) - sigma**2 / 2
+            params = self.__dict__.get("_lognormal")
+            if params is None:  # the workload is fixed for the run: its lognormal parameters too
+                sigma = math.sqrt(math.log1p(w.env_step_cv**2))
+                params = self._lognormal = (math.log(w.env_step_time) - sigma**2 / 2, sigma)
             # the sum of many lognormal steps: draw the mean of `vector_steps` draws cheaply
-            per_step = float(np.mean(self.rng.lognormal(mu, sigma, size=min(vector_steps, 64))))
+            per_step = float(self.rng.lognormal(params[0], params[1], size=min(vector_steps, 64)).mean())
         else:
             per_step = w.env_step_time
         return w.runner_call_overhead + vector_steps * (per_step + w.inference_time)
@@ -330,6 +363,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
             gpu_busy={d: c.busy_seconds for d, c in self.compute.items()},
             sim_time=self.env.now, events=_scheduled_events(self.env), tier_trace=self.ledger.trace,
             rejections=self.rejections.to_dict(),
+            provenance=provenance(self, self.stock_source), validity=validity(self),
+            steady_state=steady_state(self, self._warmup()),
         )
 
     def _stall_report(self) -> str:
@@ -385,6 +420,37 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
 
 
 
+
+
+def auto_fragment(workload: Workload, runners: int, learners: int) -> Workload:
+    """PPO's fragment as RLlib sizes it when every runner's fragment would overshoot the batch.
+
+    ``PPOConfig`` defaults to ``rollout_fragment_length="auto"``, and
+    ``AlgorithmConfig.get_rollout_fragment_length`` (``ray/rllib/algorithms/algorithm_config.py``)
+    makes it ``total_train_batch_size / (num_envs_per_env_runner * num_env_runners)``, so that one
+    round of ``synchronous_parallel_sample`` (every runner samples once) fills the batch. A workload
+    whose runners together would sample more than its learners train on (``runners * chunk_steps >
+    learners * train_batch_per_learner``) gets that fragment, rounded down to the longest fragment
+    (down to half of it) whose chunk divides ``train_batch_per_learner`` (where the division is not
+    exact RLlib gives some runners one more step; here chunks stay equal, so the few chunks that
+    remain go to some runners as a second fragment and every learner's batch keeps exactly its
+    steps). Every runner then samples, under every policy alike: the plane's pieces split
+    this fragment, not a fragment that only some runners would sample.
+    Other workloads (and other algorithms) are returned unchanged.
+    """
+    from dataclasses import replace
+
+    total = learners * workload.train_batch_per_learner
+    if workload.algorithm != "ppo" or runners * workload.chunk_steps <= total:
+        return workload
+    even = max(1, total // (runners * workload.envs_per_runner))
+    # prefer the longest fragment down to half of that whose chunk divides a learner's batch, so
+    # every learner trains on exactly train_batch_per_learner steps (RLlib's batch is exact too)
+    fragment = next((f for f in range(even, max(1, even // 2) - 1, -1)
+                     if workload.train_batch_per_learner % (f * workload.envs_per_runner) == 0), even)
+    if fragment >= workload.fragment_length:
+        return workload
+    return replace(workload, fragment_length=fragment)
 
 
 def split_fragments(workload: Workload, split: int) -> Workload:

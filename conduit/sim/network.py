@@ -176,11 +176,16 @@ class Network:
         self.events = 0
         self.resolves = 0
         self.resolved_flows = 0
+        #: Bumped at every instant whose starts or ends may change a rate: while it is unchanged, so
+        #: are the link rates (readers keep what they derived from them).
+        self.rates_version = 0
 
         n_links = self.bandwidth.size
         self._n_links = n_links
         # Per directed link, plus an always-idle sentinel at index n_links.
         self._link_rate = np.zeros(n_links + 1)  # sum of the rates of the flows on it
+        #: The same array, for readers that index a few links at a time (``item(i)``); read only.
+        self.link_rate_values = self._link_rate
         self._count = [0] * n_links  # flows on each link
         self._busy_s = [0.0] * n_links  # length of the link's finished busy periods
         self._busy_since = [0.0] * n_links  # start of the current one (while count > 0)
@@ -423,6 +428,7 @@ class Network:
         self._ended = []
         if not started and not ended:
             return
+        self.rates_version += 1
         if self._all_alone(started, ended):
             self._flush_alone(started, set(ended))
         else:

@@ -1,35 +1,42 @@
 """Cost parameters of the experience path, each with its source.
 
 Two sets exist. :class:`StockCosts` are the CPU-side costs of stock Ray RLlib 2.60's experience
-path (serialization, remote-call overhead, learner-connector work, replay-buffer copies). They were
-fitted to the segment-by-segment measurements in ``shared/reference/rllib-2.60-stock-cpu.md``
-(2-core VM, ray 2.60.0, torch 2.13.0; "ref" below) as follows:
+path. Each comes from a **microbenchmark of one primitive**, never from an end-to-end run: the file
+is ``benchmarks/stock_primitives.2core-vm.json``, written by ``benchmarks/stock_primitives.py`` on the
+2-core development VM (ray 2.60.0; CPU-bound primitives in process CPU time, so other processes on
+the shared machine do not inflate them). The parameter -> field of that file:
 
-* Per-step figures of the DQN run use its ~1,082 env steps per iteration (1,882 ms of sampling
-  the buffer at 1.74 ms per call): a = 1.624 ms, b = 0.058 ms (a *local* learner: a function call),
-  c = 1.012 ms, d = 0.128 ms, add = 0.453 ms, sample = 1.739 ms, and 2.98 ms per step the hooks
-  could not attribute (``driver_loop_overhead``).
-* ``rpc_overhead`` — DQN's ``a`` is one remote call returning one ~2.8 KB step: 1.624 ms, minus
-  its (de)serialization, leaves 1.567 ms of fixed round trip. ``local_call_overhead`` is DQN's ``b``.
-* ``sample_*_per_episode`` — PPO CartPole's ``a`` (9.1 ms, 2 runners, ~180 short episodes): the
-  runner serializes its ~90 episodes while the driver deserializes both results in turn, so
-  ``90 e + 2 (rpc/2 + 90 e) = 9.1 ms`` gives e = 27.8 us per episode per side.
-* ``shard_*_per_episode`` — PPO CartPole's ``b`` (6.9 ms with a remote learner): ``rpc + 180 (e_s +
-  e_d)`` gives 14.7 us per episode per side (the shard path handles episodes more cheaply).
-* byte rates — the 84x84x4 run's ``a`` (12.0 ms for 2 x 28.8 MB) and ``b`` (13.6 ms for 57.6 MB)
-  give 8.7 and 9.8 GB/s per side; we use 9.2 GB/s for both (each within 6%).
-* ``driver_bookkeeping`` — segment ``a2``, 0.7-0.8 ms for 2 runner results: 0.35 ms per result.
-* ``connector_per_*`` — segment ``c``: 1.012 ms per DQN call (32 rows, 1.7 KB) and 21.1 ms for the
-  2,000 rows (56.5 MB) of the 84x84x4 run, with 4.7 ms for 4,000 CartPole rows: 0.983 ms per call +
-  0.9 us per row + 0.324 ns per byte (~3.1 GB/s, concatenating observation arrays).
-* ``to_tensor_*`` — segment ``d``: 0.128 ms per DQN call; 0.3 ms for the 56.5 MB PPO batch.
-* ``buffer_*`` — DQN: 0.453 ms per one-step ``add`` (it deep-copies) and 1.739 ms per ``sample``.
-  The reference adds one step per call, so it cannot split an add into fixed and per-step parts; we
-  assume 0.35 ms + 0.103 ms per step (an assumption, named so it can be changed).
+* ``rpc_overhead`` = ``rpc_round_trip_s`` (1.06 ms): one actor call with no payload, wall time;
+  ``rpc_driver_cpu`` = ``rpc_driver_cpu_s`` (0.52 ms): the caller's own CPU time per such call, the
+  only part of a round trip that holds the driver's thread. ``FaultTolerantActorManager.foreach_actor``
+  (``ray/rllib/utils/actor_manager.py``) issues ``.remote()`` on every actor and then waits on all
+  references, so N calls cost the driver ``N * rpc_driver_cpu`` and ``rpc_overhead - rpc_driver_cpu``
+  of latency that overlaps (same file: ``rpc_overlap_ratio`` 2.70 for 4 calls against the 2.47 this
+  model predicts from the two figures above);
+* ``*_serialize_per_episode`` = ``episode_pickle_s`` (103 us), ``*_deserialize_per_episode`` =
+  ``episode_unpickle_s`` (90 us): protocol-5 pickling of one numpy-ized ``SingleAgentEpisode``;
+* ``serialize_bandwidth`` = ``put_bandwidth`` (1.55 GB/s) and ``put_per_call`` = ``put_latency_s``
+  (1.10 ms): ``ray.put`` of episodes with large observations copies their arrays into the object
+  store (a runner returning ``sample()``'s episodes, the driver passing shards as call arguments);
+* ``get_per_object`` = ``get_s_smallest`` (0.29 ms): ``ray.get`` maps numpy buffers zero-copy (the
+  same file: 0.72 ms for 63x the bytes), so a get costs a fixed amount plus per-episode unpickling,
+  with no per-byte term (``deserialize_bandwidth`` is infinite);
+* ``buffer_add_per_call`` = ``buffer_add_s`` (0.61 ms), ``buffer_add_per_step`` =
+  ``buffer_add_per_step_s`` (2.9 us): ``EpisodeReplayBuffer.add``; ``buffer_sample_per_item`` =
+  ``buffer_sample_per_item_s`` (149 us) and ``buffer_sample_per_call`` = ``buffer_sample_s`` less 32
+  items (0.51 ms): ``EpisodeReplayBuffer.sample(num_items=n)`` builds one episode per item.
+
+Not yet from a microbenchmark (named here so that a reader knows which figures are still borrowed):
+``connector_*``, ``to_tensor_*`` and ``driver_bookkeeping`` restate the learner-connector (*c*),
+``NumpyToTensor`` (*d*) and bookkeeping (*a2*) segments of ``shared/reference/rllib-2.60-stock-cpu.md``
+-- component timings, but from the same runs :mod:`conduit.sim.calibration` compares against, so
+that comparison is in-sample for these three. ``local_call_overhead`` (a Python method call on a
+local learner, 0.058 ms) is the reference's DQN *b*. The old ``driver_loop_overhead`` (2.98 ms per
+DQN step that the reference's hooks could not attribute: a residual of an end-to-end run) is gone.
 
 CPU costs are per core of the reference VM. On cluster topologies they are divided by the node's
 ``cpu_speed`` attribute (default 1.0: a Sapphire Rapids or EPYC core is about as fast per thread as
-the reference VM's core for this pointer-chasing, pickling-bound code — our estimate, stated here so
+the reference VM's core for this pointer-chasing, pickling-bound code -- our estimate, stated here so
 a reader can change it).
 
 :class:`PlaneCosts` are Conduit's own costs: writing a chunk columnar into a preallocated staging
@@ -39,46 +46,81 @@ stock's (we do not assume our batch building is cheaper; we only move it off the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+#: the microbenchmark file every measured :class:`StockCosts` default comes from
+STOCK_PRIMITIVES_FILE = "benchmarks/stock_primitives.2core-vm.json"
+#: StockCosts field -> (field of :data:`STOCK_PRIMITIVES_FILE`, how the value follows from it)
+STOCK_SOURCES: dict[str, tuple[str, str]] = {
+    "rpc_overhead": ("rpc_round_trip_s", "as measured"),
+    "rpc_driver_cpu": ("rpc_driver_cpu_s", "as measured"),
+    "sample_serialize_per_episode": ("episode_pickle_s", "as measured"),
+    "sample_deserialize_per_episode": ("episode_unpickle_s", "as measured"),
+    "shard_serialize_per_episode": ("episode_pickle_s", "as measured"),
+    "shard_deserialize_per_episode": ("episode_unpickle_s", "as measured"),
+    "serialize_bandwidth": ("put_bandwidth", "as measured"),
+    "put_per_call": ("put_latency_s", "as measured"),
+    "get_per_object": ("get_s_smallest", "as measured"),
+    "buffer_add_per_call": ("buffer_add_s", "as measured"),
+    "buffer_add_per_step": ("buffer_add_per_step_s", "as measured"),
+    "buffer_sample_per_item": ("buffer_sample_per_item_s", "as measured"),
+    "buffer_sample_per_call": ("buffer_sample_s", "less 32 x buffer_sample_per_item_s"),
+}
 
 
 @dataclass(frozen=True)
 class StockCosts:
-    """Stock RLlib 2.60 experience-path CPU costs (seconds, bytes/s), fitted to the reference."""
+    """Stock RLlib 2.60 experience-path CPU costs (seconds, bytes/s); sources in the module docstring."""
 
-    rpc_overhead: float = 1.567e-3
+    rpc_overhead: float = 1.0595e-3
+    rpc_driver_cpu: float = 0.5224e-3
     local_call_overhead: float = 0.058e-3
-    sample_serialize_per_episode: float = 27.8e-6
-    sample_deserialize_per_episode: float = 27.8e-6
-    shard_serialize_per_episode: float = 14.7e-6
-    shard_deserialize_per_episode: float = 14.7e-6
-    serialize_bandwidth: float = 9.2e9
-    deserialize_bandwidth: float = 9.2e9
+    sample_serialize_per_episode: float = 102.6e-6
+    sample_deserialize_per_episode: float = 89.68e-6
+    shard_serialize_per_episode: float = 102.6e-6
+    shard_deserialize_per_episode: float = 89.68e-6
+    serialize_bandwidth: float = 1.549e9
+    put_per_call: float = 1.099e-3
+    get_per_object: float = 0.2852e-3
+    deserialize_bandwidth: float = math.inf
     driver_bookkeeping: float = 0.35e-3
     connector_per_call: float = 0.983e-3
     connector_per_sample: float = 0.9e-6
     connector_per_byte: float = 0.324e-9
     to_tensor_per_call: float = 0.128e-3
     to_tensor_per_byte: float = 3.0e-12
-    buffer_add_per_call: float = 0.35e-3
-    buffer_add_per_step: float = 0.103e-3
-    buffer_sample_per_call: float = 1.739e-3
-    driver_loop_overhead: float = 2.98e-3
+    buffer_add_per_call: float = 0.6124e-3
+    buffer_add_per_step: float = 2.923e-6
+    buffer_sample_per_call: float = 0.5082e-3
+    buffer_sample_per_item: float = 149.4e-6
 
     def sample_serialize(self, episodes: float, nbytes: float) -> float:
-        """EnvRunner side of returning sampled episodes (pickling, object-store put)."""
-        return episodes * self.sample_serialize_per_episode + nbytes / self.serialize_bandwidth
+        """EnvRunner side of returning sampled episodes: pickling plus ``ray.put``'s copy of their
+        arrays into the object store."""
+        return self.put_per_call + episodes * self.sample_serialize_per_episode + nbytes / self.serialize_bandwidth
 
     def sample_deserialize(self, episodes: float, nbytes: float) -> float:
-        """Receiving side of sampled episodes (driver ``ray.get``, or a learner resolving refs)."""
-        return episodes * self.sample_deserialize_per_episode + nbytes / self.deserialize_bandwidth
+        """Receiving side of sampled episodes (driver ``ray.get``, or a learner resolving refs): a
+        fixed get plus per-episode unpickling; numpy arrays are read zero-copy (``nbytes`` is only
+        charged if ``deserialize_bandwidth`` is made finite)."""
+        return self.get_per_object + episodes * self.sample_deserialize_per_episode + nbytes / self.deserialize_bandwidth
 
     def shard_serialize(self, episodes: float, nbytes: float) -> float:
-        """Driver side of ``LearnerGroup.update``: a shard of episodes as an actor-call argument."""
-        return episodes * self.shard_serialize_per_episode + nbytes / self.serialize_bandwidth
+        """Driver side of ``LearnerGroup.update``: a shard of episodes as an actor-call argument
+        (pickled, its arrays copied into the object store)."""
+        return self.put_per_call + episodes * self.shard_serialize_per_episode + nbytes / self.serialize_bandwidth
 
     def shard_deserialize(self, episodes: float, nbytes: float) -> float:
-        return episodes * self.shard_deserialize_per_episode + nbytes / self.deserialize_bandwidth
+        return self.get_per_object + episodes * self.shard_deserialize_per_episode + nbytes / self.deserialize_bandwidth
+
+    def buffer_add(self, steps: float) -> float:
+        """One ``EpisodeReplayBuffer.add`` call of ``steps`` env steps."""
+        return self.buffer_add_per_call + steps * self.buffer_add_per_step
+
+    def buffer_sample(self, items: float) -> float:
+        """One ``EpisodeReplayBuffer.sample(num_items=items)`` call."""
+        return self.buffer_sample_per_call + items * self.buffer_sample_per_item
 
     def connector(self, samples: float, nbytes: float, calls: int = 1) -> float:
         return calls * self.connector_per_call + samples * self.connector_per_sample + nbytes * self.connector_per_byte

@@ -1,14 +1,29 @@
 """PPO in the simulator: the synchronous on-policy loop, by the stock route and by the plane's.
 
-Stock RLlib 2.60 (``ppo.py: PPO.training_step``), step by step: ``synchronous_parallel_sample``
-blocks until every EnvRunner's ``sample()`` returns; episodes are serialized on the runner, fetched
-and deserialized in the driver (segment *a*; ``ray.get`` in
-``FaultTolerantActorManager.foreach_actor``), driver bookkeeping (*a2*), then ``LearnerGroup.update``
-shards the episodes and sends one shard per learner actor (*b*: serialize in the driver, RPC,
-deserialize in the learner). In the learner, ``Learner._make_batch_if_necessary`` runs the learner
-connector pipeline over the whole batch (*c*), ``NumpyToTensor`` plus a pageable host->device copy
-(*d*; RLlib does not pin), and ``GeneralAdvantageEstimation`` runs the value function over the whole
-batch (*gae*). All of it after sampling, before the update.
+Stock RLlib 2.60, step by step (files under ``ray/rllib/``):
+
+1. ``algorithms/ppo/ppo.py: PPO.training_step`` calls ``execution/rollout_ops.py:
+   synchronous_parallel_sample``, which calls ``EnvRunnerGroup.foreach_env_runner`` ->
+   ``utils/actor_manager.py: FaultTolerantActorManager.foreach_actor``: ``sample.remote()`` on every
+   runner, then one wait on all references. Every runner samples one fragment (the ``"auto"``
+   fragment, :func:`conduit.sim.engine.auto_fragment`); the round trips overlap (each costs the
+   driver only ``rpc_driver_cpu`` of its thread).
+2. Each runner's returned episodes are pickled on the runner and their arrays copied into its
+   object store (``StockCosts.sample_serialize``); ``ray.get`` in the driver pulls them to the
+   driver's node and reads the arrays zero-copy (``StockCosts.sample_deserialize``: per-episode
+   unpickling on the driver's one thread, no per-byte term) -- segment *a*; the driver's metrics
+   bookkeeping per result is *a2*.
+3. ``core/learner/learner_group.py: LearnerGroup.update`` -> ``core/learner/training_data.py:
+   TrainingData.shard`` (``ShardEpisodesIterator``: one equal shard per learner) -> ``foreach_actor(
+   "update", kwargs=shards)``: the driver pickles each shard as a call argument (its arrays copied
+   into the object store) one after another on its thread; the calls' round trips overlap; each
+   learner resolves its shard (transfer + zero-copy get) -- segment *b*.
+4. In the learner, ``Learner._make_batch_if_necessary`` runs the learner connector pipeline over the
+   whole shard (*c*; with ``frame_stack > 1`` it is ``FrameStackingLearner``, as RLlib's Atari
+   recipe ``tuned_examples/ppo/atari_ppo.py`` does: the wire carries one frame per step, the batch
+   built on the learner ``frame_stack``), ``NumpyToTensor`` plus a pageable host->device copy of the
+   built batch (*d*; RLlib's PPO learner does not pin), and ``GeneralAdvantageEstimation`` runs the
+   value function over the whole batch (*gae*). Data-parallel learners each train on their shard.
 
 The plane's route: runners hand their fragments (in ``split`` pieces) straight to the plane
 (:class:`~conduit.sim.direct.DirectRoute`); each learner's batch is ready when every chunk it is owed
@@ -108,13 +123,18 @@ class PpoLoop:
         need = {lr.id: per_learner for lr in learners}
         last_slot = {lr.id: -1 for lr in learners}
         plan: dict[str, list[LearnerRole]] = {r.id: [] for r in runners}
+        on_node: dict[str, list[LearnerRole]] = {}
         for i in range(max(per_runner, default=0)):
             for j, runner in enumerate(runners):
                 if i >= per_runner[j]:
                     continue
                 fed = self.layout.feeds[runner.id]
                 choice = None
-                for pool in (fed, [lr for lr in learners if lr.node == runner.node], learners):
+                for pool in (fed, None, learners):
+                    if pool is None:  # the runner's node, looked at only when the learners it feeds are served
+                        pool = on_node.get(runner.node)
+                        if pool is None:
+                            pool = on_node[runner.node] = [lr for lr in learners if lr.node == runner.node]
                     open_ = [lr for lr in pool if need[lr.id] > 0]
                     if open_:
                         choice = min(open_, key=lambda lr: last_slot[lr.id] == i)
@@ -155,8 +175,12 @@ class PpoLoop:
 
     # ---- stock PPO: everything through the driver, after sampling
     def stock_ppo_driver(self, state: _PpoIteration, runner_procs: list) -> Generator:
+        """Steps 1-3 of the module docstring: gather every runner's episodes, then shard them to the
+        learners, one ``foreach_actor`` call each way."""
         k, s, w = state.k, self.stock, self.workload
         driver_mem = self.layout.driver_memory
+        # foreach_actor: every sample() call is issued at once (the driver's CPU for issuing them
+        # overlaps the sampling itself); the results are gathered as they come
         fetches = [self.env.process(self.stock_fetch_result(r, state, driver_mem))
                    for r in self.layout.runners]
         yield simpy.AllOf(self.env, runner_procs)
@@ -169,12 +193,16 @@ class PpoLoop:
             cids = state.assigned[lr.id]
             nbytes = len(cids) * w.chunk_bytes
             episodes = len(cids) * w.chunk_episodes
-            yield from self.on_driver(s.rpc_overhead + s.shard_serialize(episodes, nbytes))
+            # the shard becomes a call argument: pickled, its arrays put into the object store, then
+            # the call is submitted; the driver goes on to the next shard without waiting
+            yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(episodes, nbytes))
+            self.stock_calls["update_call"] += 1
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
 
     def stock_fetch_result(self, runner: RunnerRole, state: _PpoIteration, driver_mem: str) -> Generator:
-        """EnvRunner.sample() returns: serialize on the runner, move, ``ray.get`` in the driver."""
+        """EnvRunner.sample() returns: pickle + put on the runner, the reply's round trip (overlapping
+        every other runner's), the pull to the driver's node, a zero-copy ``ray.get`` in the driver."""
         w, s = self.workload, self.stock
         yield state.runner_done_event[runner.id]
         cids = [c.id for c in state.runner_chunks[runner.id]]
@@ -184,16 +212,21 @@ class PpoLoop:
         yield from self.cpu(runner.node, s.sample_serialize(episodes, nbytes))
         for cid in cids:
             yield from self.place_in(cid, self.host_tier(runner.memory))
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
         yield from self.transfer(runner.memory, driver_mem, nbytes)
         for cid in cids:
             yield from self.move_to(cid, self.host_tier(driver_mem))
-        yield from self.on_driver(s.rpc_overhead / 2 + s.sample_deserialize(episodes, nbytes))
+        yield from self.on_driver(s.rpc_driver_cpu + s.sample_deserialize(episodes, nbytes))
+        self.stock_calls["sample_result"] += 1
         yield from self.on_driver(s.driver_bookkeeping)
         self.rec.span(state.k, "a2", 0.0, s.driver_bookkeeping)  # its own work; queueing is in a
 
     def stock_deliver_shard(self, lr: LearnerRole, cids: list[int], nbytes: float, episodes: float,
                             state: _PpoIteration, t_b: float) -> Generator:
+        """Step 3's learner side and step 4: the call reaches the learner (half a round trip), its
+        shard is pulled and read zero-copy, then connector, to-tensor, pageable copy and GAE."""
         s, w, k = self.stock, self.workload, state.k
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
         yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
         yield from self.cpu(lr.node, s.shard_deserialize(episodes, nbytes))
         for cid in cids:
@@ -203,10 +236,11 @@ class PpoLoop:
             self.rec.span(k, "b", t_b, self.env.now)
         t_c = self.env.now
         samples = len(cids) * w.chunk_steps
-        yield from self.cpu(lr.node, s.connector(samples / w.steps_per_row, nbytes))
+        built = nbytes * w.frame_stack  # FrameStackingLearner: the built batch holds frame_stack frames
+        yield from self.cpu(lr.node, s.connector(samples / w.steps_per_row, built))
         t_d = self.env.now
-        yield from self.cpu(lr.node, s.to_tensor(nbytes))
-        yield from self.copy_to_device(lr, nbytes, pinned=False)
+        yield from self.cpu(lr.node, s.to_tensor(built))
+        yield from self.copy_to_device(lr, built, pinned=False)
         for cid in cids:
             yield from self.move_to(cid, lr.device_tier)
         t_gae = self.env.now

@@ -6,6 +6,7 @@ registered policy, ``janus-best``) and runs one :class:`~conduit.sim.engine.Simu
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -28,8 +29,53 @@ def check_run_arguments(iterations: Any, seed: Any) -> None:
         raise ConduitError(f"seed must be a non-negative integer below 2**64, got {shown(seed)}")
 
 
+def check_sim_time(sim_time: Any) -> float | None:
+    """Refuse a ``sim_time`` that no run can use (``None``: run by iterations), naming it."""
+    if sim_time is None:
+        return None
+    if isinstance(sim_time, bool) or not isinstance(sim_time, numbers.Real) or not 0 < sim_time < math.inf:
+        raise ConduitError(f"sim_time must be a finite number of simulated seconds > 0, got {shown(sim_time)}")
+    return float(sim_time)
+
+
+#: iterations of the first run when ``sim_time`` chooses the length, and the most runs it may take
+SIM_TIME_PILOT_ITERATIONS = 5
+SIM_TIME_MAX_RUNS = 6
+
+
+def run_for_sim_time(make, sim_time: float):
+    """The first run, in a deterministic sequence of lengths, whose measured steady-state window
+    (after warm-up) covers at least ``sim_time`` simulated seconds.
+
+    ``make(iterations)`` builds a :class:`~conduit.sim.engine.Simulation`. The sequence starts at
+    :data:`SIM_TIME_PILOT_ITERATIONS` and each next length is extrapolated from the last run's
+    window per iteration (plus 10%, and at least one more iteration), capped at
+    :data:`MAX_ITERATIONS`; every run is a fresh one with the same seed, so the answer is a pure
+    function of the arguments. The result's ``steady_state`` records the target and the runs tried."""
+    iterations, tried = SIM_TIME_PILOT_ITERATIONS, []
+    for _ in range(SIM_TIME_MAX_RUNS):
+        result = make(iterations).run()
+        window = result.steady_state.get("window_s", 0.0)
+        measured = result.steady_state.get("measured_updates", 0)
+        tried.append(iterations)
+        if window >= sim_time or iterations >= MAX_ITERATIONS:
+            break
+        per = window / measured if window > 0 and measured > 0 else 0.0
+        guess = math.ceil(1.1 * (iterations - measured + sim_time / per)) + 1 if per > 0 else 2 * iterations
+        iterations = min(MAX_ITERATIONS, max(iterations + 1, guess))
+    state = result.steady_state
+    state["sim_time_target_s"] = sim_time
+    state["iterations_tried"] = tried
+    if state.get("window_s", 0.0) < sim_time:
+        state["warnings"].append(f"sim_time {sim_time:g} s: the measured window covers only "
+                                 f"{state.get('window_s', 0.0):.6g} s after {len(tried)} run(s) "
+                                 f"(the last of {tried[-1]} iterations)")
+    return result
+
+
 def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iterations: int = 10, seed: int = 0,
-             params: dict | None = None, progress=None, overrides: dict | None = None):
+             params: dict | None = None, progress=None, overrides: dict | None = None,
+             stock_costs: Any = None, sim_time: float | None = None):
     """Run one simulation; every argument may be a name, a path or an object. Public as ``conduit.simulate``.
 
     ``overrides`` replaces workload fields (``{"runners_per_gpu": 4}``; text such as ``"2 ms"`` is typed
@@ -40,13 +86,22 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
     ``policy="janus-best"`` is resolved here: :func:`conduit.sim.search.janus_best` searches the Janus
     configurations for this workload and topology with the same seed and ``min(iterations, 20)``
     iterations (cached in-process), then the winner runs for ``iterations``; the result's policy is
-    named ``janus-best=<winning configuration>``."""
+    named ``janus-best=<winning configuration>``.
+
+    ``stock_costs``: the stock cost model, as a YAML/JSON file path, a mapping of
+    :class:`~conduit.sim.params.StockCosts` fields, or a ``StockCosts`` (:mod:`conduit.sim.cost_file`;
+    echoed in the result's provenance). ``sim_time``: simulated seconds of steady state to cover,
+    instead of ``iterations`` (:func:`run_for_sim_time`). The result carries ``provenance``,
+    ``validity`` and ``steady_state`` blocks and their ``warnings`` (:mod:`conduit.sim.provenance`)."""
     from conduit.registry import create_policy
+    from conduit.sim.cost_file import resolve_stock_costs
     from conduit.sim.engine import Simulation
     from conduit.sim.workload import load_workload
     from conduit.topology import Topology, load_topology
 
     check_run_arguments(iterations, seed)
+    sim_time = check_sim_time(sim_time)
+    stock, stock_source = resolve_stock_costs(stock_costs)
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     from conduit.progress_display import resolve_progress
     from conduit.sim.workload_fields import apply_overrides
@@ -61,4 +116,11 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
         pol, _ = janus_best(topo, wl, iterations=search_iterations(iterations), seed=seed, progress=progress)
     else:
         pol = create_policy(policy, **(params or {}))
-    return Simulation(topo, wl, pol, iterations=iterations, seed=seed, progress=progress).run()
+
+    def make(n: int) -> Simulation:
+        return Simulation(topo, wl, pol, iterations=n, seed=seed, progress=progress, stock=stock,
+                          stock_source=stock_source)
+
+    if sim_time is not None:
+        return run_for_sim_time(make, sim_time)
+    return make(iterations).run()

@@ -33,6 +33,12 @@ Granularity is evaluated for APPO and DQN (a runner coalesces ``g`` chunks befor
 selection overlap for DQN (the next batch is sampled and gathered during the update), and collection
 overlap and placement for all three.
 
+**Then the two knobs an RLlib user tunes first**, on the winner of the 60: the fragment length
+(``fragment_steps`` in :data:`~conduit.policies.janus.FRAGMENT_STEPS`, only those shorter than the
+workload's fragment) and per-fragment advantages (``per_fragment_advantages``), each combination
+one more run, appended to the table after the 60 (``refinement: True``). The winner is the best of
+all eligible rows; ties go to the 60 (the plainer configuration).
+
 Results are cached in-process, keyed by (topology name, workload name, iterations, seed); a key
 whose topology source or workload definition changed is recomputed, never served stale.
 :func:`clear_cache` empties it.
@@ -47,7 +53,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from conduit.errors import ConduitError
-from conduit.policies.janus import GRANULARITIES, JANUS_BEST, janus, janus_configurations, janus_name
+from conduit.policies.janus import (
+    FRAGMENT_STEPS,
+    GRANULARITIES,
+    JANUS_BEST,
+    janus,
+    janus_configurations,
+    janus_name,
+)
 from conduit.policy import Policy
 from conduit.sim.workload import Workload
 from conduit.topology import Topology
@@ -71,11 +84,13 @@ class _CacheEntry:
 
 
 _CACHE: dict[tuple[str, str, int, int], _CacheEntry] = {}
+_REFINED: dict[tuple, _CacheEntry] = {}
 
 
 def clear_cache() -> None:
     """Forget every cached search."""
     _CACHE.clear()
+    _REFINED.clear()
 
 
 def search_iterations(iterations: int) -> int:
@@ -86,8 +101,10 @@ def search_iterations(iterations: int) -> int:
 def chunks_per_runner(topology: Topology, workload: Workload) -> int:
     """Chunks one env runner produces per synchronous (PPO) iteration, at most."""
     from conduit.sim.cluster import lay_out
+    from conduit.sim.engine import auto_fragment
 
     layout = lay_out(topology, workload)
+    workload = auto_fragment(workload, len(layout.runners), len(layout.learners))
     total = math.ceil(len(layout.learners) * workload.train_batch_per_learner / workload.chunk_steps)
     return max(1, math.ceil(total / len(layout.runners)))
 
@@ -143,6 +160,9 @@ def janus_best(topology: Any, workload: Any, *, iterations: int = 10, seed: int 
         raise ConduitError(f"janus-best: every Janus configuration violated the data contract of workload "
                            f"{wl.name!r} on topology {topo.name!r}; nothing to choose from")
     best = _pick(eligible, (objective, TIE_BREAK, "experience_path_s"))
+    rows = rows + copy.deepcopy(_refine(topo, wl, int(iterations), int(seed), best, len(rows)))
+    eligible = [r for r in rows if r["evaluated"] and r["violations"] == 0]
+    best = _pick(eligible, (objective, TIE_BREAK, "experience_path_s"))
     for r in rows:
         r["best"] = r["name"] == best["name"]
         r["objective"] = objective
@@ -155,6 +175,34 @@ def janus_best(topology: Any, workload: Any, *, iterations: int = 10, seed: int 
                  f"({iterations} iterations, seed {seed}): {best['name']}"),
     )
     return winner, rows
+
+
+def _refine(topo: Topology, wl: Workload, iterations: int, seed: int, best: dict[str, Any],
+            start: int) -> list[dict[str, Any]]:
+    """Rows for the fragment-length and per-fragment-advantage variants of ``best``."""
+    from conduit.sim.engine import Simulation
+
+    key = (topo.name, wl.name, iterations, seed, best["name"])
+    fingerprint = (str(getattr(topo, "source", "")), len(topo.devices), wl)
+    cached = _REFINED.get(key)
+    if cached is not None and cached.fingerprint == fingerprint:
+        return cached.rows
+    base = {k: best["kwargs"][k] for k in ("placement", "overlap_collection", "overlap_selection", "granularity")}
+    variants = [(f, pfa) for f in FRAGMENT_STEPS for pfa in (False, True)
+                if (f or pfa) and (not f or f < wl.fragment_length)]
+    rows = []
+    for offset, (f, pfa) in enumerate(variants):
+        kwargs = {**base, "fragment_steps": f or None, "per_fragment_advantages": pfa}
+        result = Simulation(topo, wl, janus(**kwargs), iterations=iterations, seed=seed).run()
+        metrics = dict(result.metrics)
+        rows.append({
+            "index": start + offset, "name": janus_name(**kwargs), "kwargs": kwargs, **kwargs,
+            "evaluated": True, "same_as": None, "skip_reason": None, "refinement": True,
+            "metrics": metrics, "violations": int(result.audit.violations),
+            **{k: metrics.get(k, math.nan) for k in _METRICS},
+        })
+    _REFINED[key] = _CacheEntry(fingerprint, rows)
+    return rows
 
 
 def _finite(x: float) -> float:

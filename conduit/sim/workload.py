@@ -9,7 +9,9 @@ A :class:`Workload` describes one algorithm's loop in the terms the simulator ex
   ``fragment_length`` vector steps, i.e. ``fragment_length * envs_per_runner`` samples of
   ``bytes_per_step`` bytes, holding ``steps / episode_length`` episodes (what pickling pays for)
   and ``steps / steps_per_row`` rows (what per-row batch building pays for: a row is a step for
-  control tasks, a whole token sequence for LLM post-training).
+  control tasks, a whole token sequence for LLM post-training). ``frame_stack`` > 1 stacks frames in
+  the learner connector (RLlib's ``FrameStackingLearner``, as its Atari recipes do): the wire and the
+  plane carry ``bytes_per_step`` (one frame), the batch built on the learner ``frame_stack`` times that.
 * **Learners.** One per GPU (or ``learners`` of them). An update costs ``update_time_per_sample``
   per sample per epoch on the learner's device; PPO's GAE value pass (or GRPO's reference log-prob
   pass) costs ``value_pass_per_sample`` per sample; a weight broadcast costs ``weight_sync_time``.
@@ -67,6 +69,7 @@ class Workload:
     bytes_per_step: float = ATARI_STEP_BYTES
     episode_length: float = 1000.0
     steps_per_row: float = 1.0
+    frame_stack: int = 1
     # learners
     learners: int | None = None
     local_learner: bool = False
@@ -204,27 +207,43 @@ def _atari(name: str, algorithm: str, **kw: Any) -> Workload:
 #: Built-in presets. GPU-side times are for one H100 (our estimates from published throughput of the
 #: Nature-CNN / IMPALA-CNN policies: ~50k samples/s forward+backward per A100-class GPU at batch 512,
 #: i.e. ~20 us per sample per epoch; a value-only forward ~1/3 of that). Env step: ALE ~0.25 ms per
-#: frame-skipped step on one core (Machado et al. 2018 report ~5-7k frames/s/core), 8 envs in series.
+#: frame-skipped step on one core (Machado et al. 2018 report ~5-7k frames/s/core), envs in series.
+#: The Atari presets carry one 84x84 uint8 frame per step on the wire and stack 4 in the learner
+#: connector (``frame_stack=4``: RLlib's ``FrameStackingLearner``, as ``tuned_examples/ppo/atari_ppo.py``
+#: and ``tuned_examples/dqn/benchmark_dqn_atari.py`` in ray-project/ray do).
+ATARI_FRAME_BYTES = 84 * 84 + 4 + 4 + 4 + 4 + 1  # one uint8 frame + action, reward, logp, value, done
 PRESETS: dict[str, Workload] = {
+    # RLlib's Atari PPO recipe per learner GPU: 10 env runners x 5 envs (tuned_examples/ppo/atari-ppo.yaml:
+    # num_env_runners 10, num_envs_per_env_runner 5, num_gpus 1); train_batch_size_per_learner 4000 and
+    # num_epochs 10 (tuned_examples/ppo/atari_ppo.py, new API stack); fragment "auto" = 4000 / (10 x 5)
+    # = 80 (AlgorithmConfig.get_rollout_fragment_length). Env step 5 x 0.25 ms per vector step.
     "ppo": _atari(
         "ppo",
         "ppo",
-        envs_per_runner=8,
-        fragment_length=256,
-        train_batch_per_learner=4096,
-        env_step_time=2e-3,
+        runners_per_gpu=10,
+        envs_per_runner=5,
+        fragment_length=80,
+        train_batch_per_learner=4000,
+        bytes_per_step=ATARI_FRAME_BYTES,
+        frame_stack=4,
+        env_step_time=1.25e-3,
         inference_time=0.5e-3,
         episode_length=1000,
         update_time_per_sample=20e-6,
         value_pass_per_sample=7e-6,
-        epochs=4,
+        epochs=10,
         weight_sync_time=10e-3,
     ),
+    # APPO keeps one runner per GPU: RLlib's Pong recipe (tuned_examples/ppo/pong-appo.yaml, an old
+    # API stack recipe) runs 32 runners x 8 envs on one GPU with fragments of 50 and batches of 750,
+    # which this preset does not follow yet (its runner count is not from a recipe).
     "appo": _atari(
         "appo",
         "appo",
         envs_per_runner=8,
         fragment_length=64,
+        bytes_per_step=ATARI_FRAME_BYTES,
+        frame_stack=4,
         env_step_time=2e-3,
         inference_time=0.5e-3,
         episode_length=1000,
@@ -235,12 +254,20 @@ PRESETS: dict[str, Workload] = {
         broadcast_interval=1,
         weight_sync_time=10e-3,
     ),
+    # RLlib's Atari DQN recipe (tuned_examples/dqn/benchmark_dqn_atari.py): rollout_fragment_length 4,
+    # one env per runner, train_batch_size 32, one learner fed from the driver's one replay buffer
+    # (data-parallel DQN learners at batch 32 are not a recipe). The recipe leaves num_learners at its
+    # default, 0 (AlgorithmConfig.__init__): the learner is local, in the driver process, on its GPU.
     "dqn": _atari(
         "dqn",
         "dqn",
-        envs_per_runner=8,
+        envs_per_runner=1,
         fragment_length=4,
-        env_step_time=2e-3,
+        learners=1,
+        local_learner=True,
+        bytes_per_step=ATARI_FRAME_BYTES,
+        frame_stack=4,
+        env_step_time=0.25e-3,
         inference_time=0.5e-3,
         runner_call_overhead=4e-3,
         episode_length=1000,

@@ -36,6 +36,7 @@ BOUNDS: tuple[Bound, ...] = (
           "hardware threads for 8 GPUs (28 per GPU), and RLlib deployments run a handful of runners per GPU"),
     Bound("env_runners", 65_536, 1_048_576, "64 runners per GPU on the 1,024-GPU library topology is 65,536"),
     Bound("envs_per_runner", 4_096, 1_048_576, "vectorised runners step tens to a few hundred environments"),
+    Bound("frame_stack", 16, 1_024, "Atari recipes stack 4 frames"),
     Bound("fragment_length", 65_536, 16_777_216, "RLlib fragments are tens to thousands of steps "
           "(grpo-llm: 8,192 tokens)"),
     Bound("chunk_steps", 16_777_216, 2**31, "samples per chunk; grpo-llm has about 1 M"),

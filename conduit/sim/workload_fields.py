@@ -48,6 +48,9 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
     "episode_length": ("samples per episode", "sets the episodes per chunk, which (de)serialization pays for"),
     "steps_per_row": ("samples per row", ("samples per batch row; per-row batch building costs are per row "
                       "(1 for control tasks, a whole sequence for LLM post-training)")),
+    "frame_stack": ("frames", ("frames stacked by the learner connector (RLlib `FrameStackingLearner`, as in "
+                    "its Atari recipes): `bytes_per_step` crosses the wire, the batch built on the learner is "
+                    "`frame_stack` times larger; 1 = no learner-side stacking")),
     # learners
     "learners": ("learners", "number of learners; unset (`null`): one per GPU, or 1 on a topology without GPUs"),
     "local_learner": ("true / false", "DQN only: the learner runs in the driver process (RLlib `num_learners=0`)"),

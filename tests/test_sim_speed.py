@@ -1,0 +1,154 @@
+"""The simulator's speed-ups change nothing: the memoized view against the straightforward one.
+
+:class:`~conduit.sim.view.SimClusterView` keeps the objects it hands the policy (a tier's state per
+value of its bytes used, a learner's state per cadence inputs, a route's share per link rates) and
+hands them out again while their inputs are unchanged. ``Simulation(memoize_view=False)`` recomputes
+every fact on every access. Both must give the same run, bit for bit: the same JSON result and the
+same per-chunk and per-update traces, on hypothesis-drawn small workloads of every algorithm under
+every kind of policy (the scenarios of ``tests/test_sim.py``). The invalidation itself is checked
+directly: a change of the ledger, of the cadence or of the network's rates is seen at once.
+
+No test here measures time: ``benchmarks/sim_speed.py`` prints the figures.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_sim import scenarios, tiny_topology_dict
+
+from conduit.errors import ConduitError
+from conduit.registry import create_policy
+from conduit.sim.engine import Simulation
+from conduit.sim.metrics import dumps
+from conduit.sim.workload import load_workload
+from conduit.topology import topology_from_dict
+
+SETTINGS = settings(max_examples=12, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _run(scenario, memoize: bool):
+    topo_dict, wl, policy, iterations, seed = scenario
+    topo = topology_from_dict(topo_dict)
+    sim = Simulation(topo, load_workload(wl), create_policy(policy), iterations=iterations, seed=seed,
+                     memoize_view=memoize)
+    try:
+        result = sim.run()
+    except ConduitError as exc:  # a working set that stalls must stall the same way, at the same instant
+        return str(exc), [], [], None
+    chunks = [vars(c) for c in result.recorder.chunks.values()]
+    updates = [vars(u) for u in result.recorder.updates]
+    return dumps(result.to_dict()), chunks, updates, result
+
+
+def _same(scenario) -> None:
+    straight = _run(scenario, memoize=False)
+    memo = _run(scenario, memoize=True)
+    assert memo[0] == straight[0]  # the whole JSON result: metrics, segments, audit, rejections, ...
+    assert _nan_equal(memo[1], straight[1])
+    assert _nan_equal(memo[2], straight[2])
+    assert memo[3] is None or memo[3].audit.violations == 0
+
+
+def _nan_equal(a: list[dict], b: list[dict]) -> bool:
+    def norm(rows):
+        return [{k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+    return norm(a) == norm(b)
+
+
+@SETTINGS
+@given(scenarios("ppo"))
+def test_memoized_view_gives_the_same_ppo_run(scenario):
+    _same(scenario)
+
+
+@SETTINGS
+@given(scenarios("appo"))
+def test_memoized_view_gives_the_same_appo_run(scenario):
+    _same(scenario)
+
+
+@SETTINGS
+@given(scenarios("dqn"))
+def test_memoized_view_gives_the_same_dqn_run(scenario):
+    _same(scenario)
+
+
+@st.composite
+def pressure(draw):
+    """PPO or APPO on a small cluster whose learners' HBM is barely larger than a batch: the
+    placement's answer turns on the live occupancy (an HBM near its headroom sends the last pieces
+    of a batch to host memory), so a stale tier state would change the run."""
+    nodes, gpus = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    envs, frag, bps = draw(st.integers(1, 4)), draw(st.sampled_from([8, 16])), draw(st.sampled_from([10_000, 100_000]))
+    cb = envs * frag * bps
+    per_learner = draw(st.integers(2, 8))
+    algorithm = draw(st.sampled_from(["ppo", "appo"]))
+    wl = {"base": algorithm, "envs_per_runner": envs, "fragment_length": frag, "bytes_per_step": bps,
+          "runners_per_gpu": draw(st.integers(1, 3)), "env_step_cv": draw(st.sampled_from([0.0, 0.3]))}
+    if algorithm == "ppo":
+        wl["train_batch_per_learner"] = per_learner * envs * frag
+        hbm = cb * (per_learner + draw(st.floats(0.05, 1.5)))
+    else:
+        wl.update(chunks_per_batch=per_learner, max_lag=2, max_reuse=1, broadcast_interval=1)
+        hbm = cb * per_learner * draw(st.floats(1.05, 8.0))
+    topo = tiny_topology_dict(nodes, gpus, hbm, host=1000 * cb, pinned=300 * cb, cores=draw(st.integers(1, 4)),
+                              pcie=draw(st.sampled_from(["4 GB/s", "25 GB/s"])))
+    policy = draw(st.sampled_from(["conduit", "all-gpu", "janus-gpu-co-so-g2"]))
+    return topo, wl, policy, draw(st.integers(2, 4)), draw(st.integers(0, 2**16))
+
+
+@SETTINGS
+@given(pressure())
+def test_memoized_view_gives_the_same_run_under_capacity_pressure(scenario):
+    _same(scenario)
+
+
+def _tiny_sim() -> Simulation:
+    topo = topology_from_dict(tiny_topology_dict(nodes=2, gpus=2))
+    return Simulation(topo, load_workload("ppo"), create_policy("conduit"), iterations=1)
+
+
+def test_tier_state_follows_the_ledger():
+    sim = _tiny_sim()
+    tier = sim.layout.learners[0].device_tier
+    before = sim.view.tiers[tier]
+    assert sim.view.tiers[tier] is before  # unchanged: handed out again
+    sim.ledger.try_reserve(tier, 1e6)
+    after = sim.view.tiers[tier]
+    assert after.used == before.used + 1e6
+    sim.ledger.release(tier, 1e6)
+    assert sim.view.tiers[tier].used == before.used
+
+
+def test_learner_state_follows_the_cadence_and_the_clock():
+    sim = _tiny_sim()
+    lr = sim.layout.learners[0]
+    first = sim.view.learners[lr.id]
+    assert first.next_need_at == 0.0  # no history: needs data now
+    sim.env.run(until=2.0)
+    assert sim.view.learners[lr.id].next_need_at == 2.0  # "now" moved
+    sim.view.cadence[lr.id].asked(2.0)
+    assert sim.view.learners[lr.id].next_need_at is None  # waiting now
+    sim.view.cadence[lr.id].served()
+    sim.version = 3
+    state = sim.view.learners[lr.id]
+    assert state.next_need_at == 2.0 and state.version == 3
+
+
+def test_path_share_follows_the_network_rates():
+    sim = _tiny_sim()
+    lr = sim.layout.learners[0]
+    src, dst = lr.memory, lr.device
+    idle = sim.view.path(src, dst)
+    assert idle == sim.view._path_straight(src, dst) and idle.bandwidth == idle.capacity
+    sim.network.transfer(src, dst, 1e12)  # a long flow on the route
+    sim.env.run(until=1e-3)
+    loaded = sim.view.path(src, dst)
+    assert loaded == sim.view._path_straight(src, dst)
+    assert loaded.bandwidth == loaded.capacity / 2  # a fair split with the one flow there
+    other = sim.view.path(dst, src)  # the reverse direction is another link: still free
+    assert other.bandwidth == other.capacity

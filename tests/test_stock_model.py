@@ -1,0 +1,207 @@
+"""The ``rllib-stock`` model's mechanics, each against the RLlib 2.60 code it restates.
+
+* ``ShardObjectRefIterator`` (APPO packages): shards concatenate to the package, as equal as possible;
+  in the simulated loop every package is split across all learners;
+* ``foreach_actor``: round trips overlap -- N results cost one round trip plus N times the driver's
+  own CPU per call, not N round trips;
+* DQN's ``training_step``: one ``add`` per round, one ``sample`` of the total batch per update round,
+  one update call per learner;
+* PPO's ``"auto"`` fragment: every runner samples in every iteration;
+* learner-side frame stacking: the wire carries one frame per step;
+* every measured ``StockCosts`` default equals the microbenchmark file it names;
+* the Janus knobs (fragment length, per-fragment advantages) round-trip through names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conduit.policies.janus import janus, janus_name, parse_janus_name
+from conduit.registry import create_policy
+from conduit.sim.appo import shard_object_refs
+from conduit.sim.engine import Simulation
+from conduit.sim.params import STOCK_PRIMITIVES_FILE, STOCK_SOURCES, StockCosts
+from conduit.sim.workload import load_workload
+from conduit.topology import topology_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def topology(nodes: int = 1, gpus: int = 2, cores: int = 16):
+    devices, links = [], []
+    for n in range(nodes):
+        p = f"n{n}."
+        devices += [{"id": p + "cpu0", "kind": "cpu", "cores": cores},
+                    {"id": p + "dram0", "kind": "memory", "capacity": 64e9, "bandwidth": "50 GB/s"},
+                    {"id": p + "pcie", "kind": "switch"}, {"id": p + "nic0", "kind": "nic", "bandwidth": "100 Gb/s"}]
+        links += [{"src": p + "cpu0", "dst": p + "dram0", "bandwidth": "50 GB/s", "latency": "100 ns"},
+                  {"src": p + "cpu0", "dst": p + "pcie", "bandwidth": "50 GB/s", "latency": "1 us"},
+                  {"src": p + "pcie", "dst": p + "nic0", "bandwidth": "25 GB/s", "latency": "1 us"}]
+        for g in range(gpus):
+            devices.append({"id": f"{p}gpu{g}", "kind": "gpu", "memory": 8e9, "memory_bandwidth": "2 TB/s"})
+            links.append({"src": f"{p}gpu{g}", "dst": p + "pcie", "bandwidth": "25 GB/s", "latency": "1 us"})
+    if nodes > 1:
+        devices.append({"id": "fabric", "kind": "switch", "node": "fabric"})
+        links += [{"src": f"n{n}.nic0", "dst": "fabric", "bandwidth": "100 Gb/s", "latency": "2 us"}
+                  for n in range(nodes)]
+    return topology_from_dict({"name": f"stock-{nodes}x{gpus}", "devices": devices, "links": links})
+
+
+def run(topo, workload: dict, policy: str = "rllib-stock", iterations: int = 3, stock: StockCosts | None = None):
+    sim = Simulation(topo, load_workload(workload), create_policy(policy), iterations=iterations, stock=stock)
+    result = sim.run()
+    assert result.audit.violations == 0, result.audit.to_dict()
+    return sim, result
+
+
+# ---------------------------------------------------------------- sharding (APPO/IMPALA)
+@given(st.lists(st.integers(), max_size=200), st.integers(1, 64))
+def test_shards_concatenate_to_the_package_as_equal_as_possible(refs, shards):
+    out = shard_object_refs(refs, shards)
+    assert len(out) == shards
+    assert [x for shard in out for x in shard] == refs
+    sizes = [len(s) for s in out]
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)  # ShardObjectRefIterator: the first ones are longer
+
+
+def test_sharding_refuses_zero_shards():
+    with pytest.raises(ValueError, match="num_shards"):
+        shard_object_refs([1, 2], 0)
+
+
+@SETTINGS
+@given(gpus=st.integers(1, 4), runners=st.integers(1, 3), per_batch=st.integers(1, 4))
+def test_stock_appo_splits_every_package_across_all_learners(gpus, runners, per_batch):
+    topo = topology(gpus=gpus)
+    wl = {"base": "appo", "runners_per_gpu": runners, "chunks_per_batch": per_batch, "envs_per_runner": 2,
+          "fragment_length": 8, "bytes_per_step": 1024, "frame_stack": 1}
+    sim, result = run(topo, wl, iterations=6)
+    packages = sim.stock_calls["package"]
+    assert packages >= 6 // 2  # an update needs fresh data at least every max_reuse (2) updates
+    # each package gives every learner exactly chunks_per_batch of its references
+    assert sim.stock_shards == [[per_batch] * gpus] * packages
+    # one reference-only update call per learner and package (the last may still be going out)
+    assert (packages - 1) * gpus <= sim.stock_calls["update_call"] <= packages * gpus
+    trained = {t.learner for t in result.recorder.chunks.values() if not math.isnan(t.t_ready)}
+    assert trained == {lr.id for lr in sim.layout.learners}
+
+
+# ---------------------------------------------------------------- overlapping round trips
+@SETTINGS
+@given(runners=st.integers(1, 12), rtt_ms=st.floats(5.0, 50.0), cpu_ms=st.floats(0.0, 0.5))
+def test_foreach_actor_round_trips_overlap(runners, rtt_ms, cpu_ms):
+    """Segment *a* (sampling done -> every result in the driver) costs one round trip plus the
+    driver's own CPU per result: the maximum of the round trips, not their sum."""
+    zero = {f.name: 0.0 for f in fields(StockCosts)}
+    zero["serialize_bandwidth"] = zero["deserialize_bandwidth"] = math.inf
+    stock = StockCosts(**{**zero, "rpc_overhead": rtt_ms * 1e-3, "rpc_driver_cpu": cpu_ms * 1e-3})
+    wl = {"base": "ppo", "env_runners": runners, "envs_per_runner": 1, "fragment_length": 4,
+          "train_batch_per_learner": 4 * runners, "bytes_per_step": 8, "env_step_cv": 0.0, "frame_stack": 1,
+          "learners": 1}
+    _, result = run(topology(gpus=1), wl, iterations=3, stock=stock)
+    a = result.segments["a"]
+    transfer_slack = 1e-4  # a few bytes over links with microsecond latencies
+    assert a == pytest.approx(rtt_ms * 1e-3 + (runners - 1) * cpu_ms * 1e-3, abs=transfer_slack)
+    if runners > 1:
+        assert a < runners * rtt_ms * 1e-3  # not serial
+
+
+# ---------------------------------------------------------------- DQN's sample/add structure
+@SETTINGS
+@given(gpus=st.integers(1, 3), learners=st.integers(1, 3), ratio=st.sampled_from([1.0, 4.0, 8.0]))
+def test_stock_dqn_adds_once_per_round_and_samples_once_per_update(gpus, learners, ratio):
+    learners = min(learners, gpus)
+    wl = {"base": "dqn", "learners": learners, "envs_per_runner": 2, "fragment_length": 4, "bytes_per_step": 512,
+          "min_size": 64, "replay_capacity": 8192, "replay_ratio": ratio, "batch_size": 16, "frame_stack": 1}
+    iterations = 12
+    sim, _ = run(topology(gpus=gpus), wl, iterations=iterations)
+    calls = sim.stock_calls
+    assert calls["buffer_add"] == calls["round"] >= 1
+    assert calls["sample_result"] == calls["round"] * len(sim.layout.runners)
+    assert calls["buffer_sample"] == iterations  # one sample() of learners x batch_size per update
+    assert calls["update_call"] == iterations * learners
+
+
+# ---------------------------------------------------------------- PPO's "auto" fragment
+@SETTINGS
+@given(gpus=st.integers(1, 2), runners=st.integers(1, 8), batch=st.sampled_from([64, 96, 128]))
+def test_every_ppo_runner_samples_in_every_iteration(gpus, runners, batch):
+    wl = {"base": "ppo", "runners_per_gpu": runners, "envs_per_runner": 2, "fragment_length": 32,
+          "train_batch_per_learner": batch, "bytes_per_step": 64, "frame_stack": 1, "epochs": 1}
+    iterations = 2
+    steps = {}
+    for policy in ("rllib-stock", "all-gpu"):
+        sim, result = run(topology(gpus=gpus), wl, policy, iterations=iterations)
+        per_runner = Counter()
+        for t in result.recorder.chunks.values():
+            per_runner[t.runner] += t.steps
+        assert set(per_runner) == {r.id for r in sim.layout.runners}  # nobody idles
+        for u in result.recorder.updates:
+            assert u.samples >= batch
+        steps[policy] = per_runner
+    assert steps["rllib-stock"] == steps["all-gpu"]  # both sides sample the same fragments
+
+
+# ---------------------------------------------------------------- learner-side frame stacking
+def test_frame_stacking_in_the_learner_keeps_one_frame_on_the_wire():
+    base = {"base": "ppo", "runners_per_gpu": 1, "envs_per_runner": 2, "fragment_length": 64,
+            "train_batch_per_learner": 128, "bytes_per_step": 84 * 84 + 17, "epochs": 1}
+    topo = topology(nodes=2, gpus=1)
+    wire, built = {}, {}
+    for stack in (1, 4):
+        sim, result = run(topo, {**base, "frame_stack": stack}, iterations=3)
+        fabric = [s.bytes for (u, v), s in sim.network.link_stats().items() if "fabric" in (u, v)]
+        wire[stack] = sum(fabric)
+        built[stack] = result.segments["c"]
+    assert wire[1] == wire[4] > 0
+    assert built[4] > built[1]
+
+
+# ---------------------------------------------------------------- provenance of the costs
+def test_every_measured_stock_cost_is_the_figure_of_the_file_it_names():
+    data = json.loads((ROOT / STOCK_PRIMITIVES_FILE).read_text())
+    defaults = StockCosts()
+    for name, (key, how) in STOCK_SOURCES.items():
+        value = data[key]
+        if name == "buffer_sample_per_call":
+            value = data["buffer_sample_s"] - 32 * data["buffer_sample_per_item_s"]
+        else:
+            assert how == "as measured"
+        if name == "serialize_bandwidth":
+            assert getattr(defaults, name) == pytest.approx(value, rel=1e-3)
+        else:
+            assert getattr(defaults, name) == pytest.approx(value, rel=2e-3), name
+    assert math.isinf(defaults.deserialize_bandwidth)  # ray.get reads numpy zero-copy
+
+
+# ---------------------------------------------------------------- Janus knobs
+@given(placement=st.sampled_from(["pageable", "pinned", "gpu"]), co=st.booleans(), so=st.booleans(),
+       g=st.sampled_from([1, 2, 4, 8, 16]), f=st.sampled_from([None, 8, 32, 128]), pfa=st.booleans())
+def test_janus_names_round_trip_with_fragment_and_advantage_knobs(placement, co, so, g, f, pfa):
+    kwargs = {"placement": placement, "overlap_collection": co, "overlap_selection": so, "granularity": g,
+              "fragment_steps": f, "per_fragment_advantages": pfa}
+    name = janus_name(**kwargs)
+    parsed = parse_janus_name(name)
+    assert janus(**parsed).name == name
+    policy = janus(**kwargs)
+    assert policy.path.batch_build == ("per-chunk" if pfa else "per-batch")
+    assert policy.path.fragment_steps == f
+
+
+def test_janus_fragment_length_splits_the_runners_fragment():
+    wl = {"base": "ppo", "runners_per_gpu": 1, "envs_per_runner": 2, "fragment_length": 64,
+          "train_batch_per_learner": 128, "bytes_per_step": 64, "frame_stack": 1, "epochs": 1}
+    sim = Simulation(topology(gpus=1), load_workload(wl), janus("gpu", True, False, 1, fragment_steps=16))
+    assert sim.workload.fragment_length == 16
+    with pytest.raises(Exception, match="fragment_steps"):
+        janus("gpu", True, False, 1, fragment_steps=-1)
