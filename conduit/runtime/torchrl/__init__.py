@@ -33,9 +33,13 @@ _LAZY = {
     "flatten_key": "columns",
     "unflatten_key": "columns",
     "SEPARATOR": "columns",
+    "OnPolicyFeed": "onpolicy",
+    "FeedError": "onpolicy",
+    "example_batch": "onpolicy",
 }
 
-__all__ = ["SEPARATOR", "TensorDictLayout", "flatten_key", "unflatten_key"]
+__all__ = ["SEPARATOR", "FeedError", "OnPolicyFeed", "TensorDictLayout", "example_batch", "flatten_key",
+           "unflatten_key"]
 
 
 def __getattr__(name: str) -> Any:
