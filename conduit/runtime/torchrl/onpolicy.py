@@ -21,22 +21,25 @@ Under Conduit (:class:`OnPolicyFeed`):
   ``collector.increment_version()`` + ``update_policy_weights_()`` carry the new version to the workers
   with the weights. A chunk is labelled with the *oldest* version among its frames.
 * **Contracts** follow the collector. ``MultiSyncCollector``: workers sample only between two updates, so
-  batch *k* is exactly the version-*k* frames of one collector iteration: ``OnPolicy``, ``batch_steps =
-  frames_per_batch``. ``MultiAsyncCollector``: workers keep sampling while the learner updates, each
-  collector iteration consumes one worker's batch of ``frames_per_batch`` frames: ``BoundedStaleness(
-  max_lag, max_reuse=1)`` with ``batch_steps = frames_per_batch`` (so a batch is one worker batch, never cut)
-  and ``max_lag = num_workers`` by default (each of the other workers can have one batch sampled with
-  older weights ahead of it in the plane).
-* **Value/advantage pass.** A worker's batch holds whole ``[envs, frames]`` time segments, and GAE treats
-  each env's row independently (it bootstraps at the end of the segment from the next observation's
-  value), so GAE per chunk equals GAE over the gathered batch (``tests/test_torchrl_onpolicy.py`` checks
-  it with hypothesis). Under ``OnPolicy`` the value network of version *k* is fixed while iteration *k*
-  samples (weights change only inside update *k*, and version-*k+1* frames cannot exist before it
-  ended), so a :class:`_ValueStream` thread runs the pass on each chunk as it lands (``peek``), while the
-  other workers still sample: ``value_pass="per_chunk"``. Under ``BoundedStaleness`` the value network
-  changes while chunks wait, so the pass runs when the batch is handed over (stock timing):
-  ``value_pass="batch"``. Advantage standardisation (the GAE module's ``average_gae``) needs the whole
-  batch and runs at hand-over in both cases, with the formula of TorchRL's ``_normalize_advantage``.
+  batch *k* is exactly the version-*k* frames of ``rounds`` collector iterations (the collector is built
+  with ``frames_per_batch = feed.collector_frames_per_batch``, one round; weights change only after the
+  batch): ``OnPolicy``, ``batch_steps = frames_per_batch``. ``MultiAsyncCollector``: workers keep sampling
+  while the learner updates, each collector iteration yields one worker's batch of ``frames_per_batch``
+  frames: ``BoundedStaleness(max_lag, max_reuse=1)`` with ``batch_steps = frames_per_batch`` (a batch is one
+  worker batch, never cut) and ``max_lag = num_workers`` by default (each of the other workers can have
+  one batch sampled with older weights ahead of it in the plane).
+* **Value/advantage pass.** Under ``OnPolicy`` the value network of version *k* is fixed while iteration
+  *k* samples (weights change only inside update *k*, and version-*k+1* frames cannot exist before it
+  ended), so a thread runs the value pass (TorchRL's own GAE module: values of every observation and next
+  observation) on each chunk as it lands (``peek``), while the workers still sample the later rounds:
+  ``value_pass="per_chunk"``. At hand-over only GAE's cheap backward recursion runs, over each worker's
+  chunks joined along time: a worker's collector continues its envs from one iteration to the next, so
+  its ``rounds`` chunks are the one ``[envs, rounds x frames]`` segment a stock worker collecting the
+  whole batch at once writes, and the advantages equal stock GAE's over the gathered batch
+  (``tests/test_torchrl_onpolicy.py`` checks it with hypothesis, cuts and episode ends anywhere). Under
+  ``BoundedStaleness`` the value network changes while chunks wait, so the pass runs when the batch is
+  handed over (stock timing): ``value_pass="batch"``. Advantage standardisation (the GAE module's
+  ``average_gae``) needs the whole batch and runs at hand-over, with TorchRL's formula.
 * **Audit.** The plane's auditor sees every ingest, delivery and release when it happens;
   :meth:`OnPolicyFeed.report` returns the contract, the plane's metrics and the live audit, and
   :meth:`OnPolicyFeed.close` the final audit.
@@ -44,8 +47,8 @@ Under Conduit (:class:`OnPolicyFeed`):
 Adoption (the lines that change in TorchRL's PPO loop)::
 
     feed = OnPolicyFeed(make_env, actor, advantage=gae, frames_per_batch=F, num_workers=2)   # new
-    collector = MultiSyncCollector([make_env] * 2, actor, frames_per_batch=F, total_frames=T,
-                                   replay_buffer=feed, track_policy_version=True)            # 2 arguments
+    collector = MultiSyncCollector([make_env] * 2, actor, frames_per_batch=feed.collector_frames_per_batch,
+                                   total_frames=T, replay_buffer=feed, track_policy_version=True)  # 3 arguments
     for data in feed.iterate(collector):                  # was: for data in collector: gae(data)
         ...                                               # epochs and minibatches of ClipPPOLoss, unchanged
     audit = feed.close()                                  # new (the loop's update_policy_weights_ goes)
@@ -103,17 +106,21 @@ def example_batch(create_env_fn: Callable[[], Any], policy: Any, frames: int = 2
         collector.shutdown()
 
 
-def _gae_twin(advantage: Any) -> Any:
-    """A GAE module with the user's gamma, lambda, value network and keys, without standardisation (done
-    over the whole batch at hand-over): the per-chunk pass."""
+def _gae_twin(advantage: Any, values: bool = True) -> Any:
+    """A GAE module with the user's gamma, lambda, value network (``values``; else none: the values are
+    read from the TensorDict, the recursion only) and keys, without standardisation (done over the whole
+    batch at hand-over)."""
     from torchrl.objectives.value import GAE
 
-    if not isinstance(advantage, GAE):
+    if type(advantage) is not GAE:
         raise FeedError(f"advantage: expected torchrl.objectives.value.GAE, got {type(advantage).__name__} "
-                        "(PPO's advantage module; other estimators are not supported yet)")
+                        "(PPO's advantage module; other estimators and GAE subclasses are not supported yet)")
+    if getattr(advantage, "group_key", None) is not None:
+        raise FeedError("advantage: GAE with group_key (standardisation by group) is not supported yet")
     if advantage.value_network is None:
         raise FeedError("advantage: the GAE module has no value_network; the feed runs the value pass")
-    twin = GAE(gamma=advantage.gamma.clone(), lmbda=advantage.lmbda.clone(), value_network=advantage.value_network,
+    twin = GAE(gamma=advantage.gamma.clone(), lmbda=advantage.lmbda.clone(),
+               value_network=advantage.value_network if values else None,
                average_gae=False, vectorized=advantage.vectorized, time_dim=advantage.time_dim,
                shifted=advantage.shifted, deactivate_vmap=advantage.deactivate_vmap)
     keys = dataclasses.asdict(advantage.tensor_keys)
@@ -122,11 +129,10 @@ def _gae_twin(advantage: Any) -> Any:
 
 
 def standardize(adv: torch.Tensor) -> torch.Tensor:
-    """TorchRL's advantage standardisation (``ValueEstimatorBase._normalize_advantage`` with no
-    validity mask and no groups: ``(adv - mean) / std.clamp_min(1e-6)``, the unbiased std)."""
-    mean = adv.mean()
-    std = adv.std().clamp_min(1e-6)
-    return (adv - mean) / std
+    """TorchRL's advantage standardisation (``torchrl/objectives/value/advantages.py``,
+    ``ValueEstimatorBase._normalize_advantage`` with no validity mask and no groups: ``(adv - mean) /
+    std.clamp_min(1e-4)``, the unbiased std), over the whole batch."""
+    return (adv - adv.mean()) / adv.std().clamp_min(1e-4)
 
 
 class _Worker:
@@ -194,6 +200,7 @@ class OnPolicyFeed(ReplayBuffer):
         frames_per_batch: int,
         num_workers: int,
         asynchronous: bool = False,
+        rounds: int | None = None,
         example: TensorDictBase | None = None,
         value_pass: str | None = None,
         max_lag: int | None = None,
@@ -211,9 +218,17 @@ class OnPolicyFeed(ReplayBuffer):
         for name, value in (("frames_per_batch", frames_per_batch), ("num_workers", num_workers)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise FeedError(f"{name} must be a positive integer, got {value!r}")
-        if not asynchronous and frames_per_batch % num_workers:
-            raise FeedError(f"frames_per_batch={frames_per_batch} is not a multiple of num_workers={num_workers}: "
-                            "MultiSyncCollector gives each worker frames_per_batch // num_workers frames")
+        if rounds is None:
+            rounds = 1 if asynchronous else 4
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds <= 0:
+            raise FeedError(f"rounds must be a positive integer, got {rounds!r}")
+        if asynchronous and rounds != 1:
+            raise FeedError("rounds: MultiAsyncCollector's batch is one worker's batch (rounds=1)")
+        if not asynchronous and frames_per_batch % (num_workers * rounds):
+            raise FeedError(f"frames_per_batch={frames_per_batch} is not a multiple of num_workers x rounds = "
+                            f"{num_workers} x {rounds}: each collector iteration gives each worker "
+                            "frames_per_batch // (num_workers x rounds) frames")
+        self.rounds = rounds
         if value_pass is None:
             value_pass = "batch" if asynchronous else "per_chunk"
         if value_pass not in VALUE_PASSES:
@@ -230,6 +245,7 @@ class OnPolicyFeed(ReplayBuffer):
             raise FeedError("the multiprocessing start method is 'fork': a forked worker inherits every ring's pipe "
                             "end (and hides another worker's death); use 'spawn' (TorchRL's default) or 'forkserver'")
         self._twin = _gae_twin(advantage)
+        self._joined = _gae_twin(advantage, values=False)
         self._average = bool(advantage.average_gae)
         self._adv_key = advantage.tensor_keys.advantage
         if example is None:
@@ -244,8 +260,8 @@ class OnPolicyFeed(ReplayBuffer):
         self.contract: Contract = (BoundedStaleness(max_lag=num_workers if max_lag is None else max_lag, max_reuse=1)
                                    if asynchronous else OnPolicy())
         self.delivery_timeout = float(delivery_timeout)
-        chunk_bytes = self.layout.schema.extent_bytes(frames_per_batch if asynchronous
-                                                      else frames_per_batch // num_workers)
+        chunk_bytes = self.layout.schema.extent_bytes(self.collector_frames_per_batch if asynchronous
+                                                      else self.collector_frames_per_batch // num_workers)
         ring_bytes = int(ring_bytes) if ring_bytes is not None else max(4 << 20, 3 * chunk_bytes)
         if capacities is None:  # room for a few batches in flight in each memory tier
             need = self.layout.schema.extent_bytes(frames_per_batch)
@@ -267,6 +283,12 @@ class OnPolicyFeed(ReplayBuffer):
         self.timings: list[dict[str, float]] = []  # per update: t_asked, t_ready, t_last_created (wall clock)
         self.counters = {"streamed_chunks": 0, "handover_chunks": 0}
         self._final: AuditReport | None = None
+
+    @property
+    def collector_frames_per_batch(self) -> int:
+        """The ``frames_per_batch`` to build the collector with: one round of a batch (``frames_per_batch //
+        rounds``; asynchronous: one worker's batch, ``frames_per_batch``)."""
+        return self.frames_per_batch // self.rounds
 
     # -- the collector side (runs in the worker processes) -------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -314,10 +336,12 @@ class OnPolicyFeed(ReplayBuffer):
         if collector.num_workers != self.num_workers:
             raise FeedError(f"num_workers: the feed has {self.num_workers}, the collector {collector.num_workers}")
         per_worker = collector.frames_per_batch_worker(worker_idx=0)
-        expected = self.frames_per_batch if self.asynchronous else self.frames_per_batch // self.num_workers
+        expected = (self.collector_frames_per_batch if self.asynchronous
+                    else self.collector_frames_per_batch // self.num_workers)
         if per_worker != expected:
-            raise FeedError(f"frames_per_batch: the collector gives each worker {per_worker} frames per batch, the "
-                            f"feed expects {expected} (frames_per_batch={self.frames_per_batch})")
+            raise FeedError(f"frames_per_batch: the collector gives each worker {per_worker} frames per iteration, "
+                            f"the feed expects {expected}: build the collector with frames_per_batch="
+                            f"feed.collector_frames_per_batch ({self.collector_frames_per_batch})")
         if collector.policy_version is None:
             raise FeedError("the collector does not track policy versions: build it with track_policy_version=True")
         if collector.replay_buffer is not self:
@@ -334,7 +358,12 @@ class OnPolicyFeed(ReplayBuffer):
             self._stream = threading.Thread(target=self._stream_loop, name="conduit-torchrl-values", daemon=True)
             self._stream.start()
         t_free = time.time()
-        for _ in collector:
+        rounds = 0
+        for _ in collector:  # one collector iteration: every worker (one, asynchronous) extended
+            rounds += 1
+            if rounds < self.rounds:
+                continue
+            rounds = 0
             update = self.plane.policy_version
             data, batch = self._take(update, t_free)
             try:
@@ -362,7 +391,7 @@ class OnPolicyFeed(ReplayBuffer):
                 self._stream_update = None
                 while self._busy:
                     self._lock.wait(0.1)
-        parts = []
+        segments: dict[Hashable, list[tuple[int, TensorDict]]] = {}  # worker -> its chunks (seq, values)
         row = 0
         for cid, idx in batch.selections:
             n = len(idx)
@@ -375,9 +404,10 @@ class OnPolicyFeed(ReplayBuffer):
             if out is None:  # not streamed (value_pass="batch", or it landed as the batch was handed over)
                 out = self._value_pass({k: v[row:row + n] for k, v in batch.columns.items()}, shape)
                 self.counters["handover_chunks"] += 1
-            parts.append(out.reshape(-1))
+            worker, seq = cid
+            segments.setdefault(worker, []).append((seq, out))
             row += n
-        data = torch.cat(parts) if len(parts) > 1 else parts[0]
+        data = torch.cat([self._recursion(chunks) for _, chunks in sorted(segments.items(), key=lambda kv: kv[0])])
         if self._average:
             data.set(self._adv_key, standardize(data.get(self._adv_key)))
         t_ready = time.time()
@@ -386,11 +416,24 @@ class OnPolicyFeed(ReplayBuffer):
         return data, batch
 
     def _value_pass(self, columns: dict[str, Any], shape: tuple[int, ...]) -> TensorDict:
-        """GAE (value pass and recursion, no standardisation) over one chunk, in its ``[envs, frames]`` shape.
-        The frames are copied out of the plane's batch (the batch is released after the update)."""
+        """The value pass over one chunk, in its ``[envs, frames]`` shape: the GAE module's own (values of
+        the observations and next observations, then a recursion that :meth:`_recursion` redoes over the
+        worker's whole segment). The frames are copied out of the plane's batch, which is released after
+        the update."""
         td = self.layout.tensordict({k: np.array(v) for k, v in columns.items()}).reshape(shape)
         with torch.no_grad():
             return self._twin(td)
+
+    def _recursion(self, chunks: list[tuple[int, TensorDict]]) -> TensorDict:
+        """One worker's chunks of this batch, joined along time in the order it wrote them (its collector
+        continues its envs from one iteration to the next, so they are one ``[envs, rounds x frames]``
+        segment, the one a stock worker collecting ``frames_per_batch`` at once would have written), and
+        GAE's recursion over it with the values the pass computed; flattened to ``[steps]``."""
+        chunks.sort(key=lambda c: c[0])
+        tds = [td for _, td in chunks]
+        seg = tds[0] if len(tds) == 1 else torch.cat(tds, dim=tds[0].batch_dims - 1)
+        with torch.no_grad():
+            return self._joined(seg).reshape(-1)
 
     def _stream_loop(self) -> None:
         """OnPolicy: the value pass on each chunk of batch *k* as it lands (the module doc says why that is
