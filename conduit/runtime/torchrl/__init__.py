@@ -33,9 +33,13 @@ _LAZY = {
     "flatten_key": "columns",
     "unflatten_key": "columns",
     "SEPARATOR": "columns",
+    "ConduitReplayBuffer": "replay",
+    "PlaneStorage": "replay",
+    "TorchRLSettingError": "replay",
 }
 
-__all__ = ["SEPARATOR", "TensorDictLayout", "flatten_key", "unflatten_key"]
+__all__ = ["SEPARATOR", "ConduitReplayBuffer", "PlaneStorage", "TensorDictLayout", "TorchRLSettingError", "flatten_key",
+           "unflatten_key"]
 
 
 def __getattr__(name: str) -> Any:
