@@ -39,7 +39,7 @@ from conduit.runtime.records import (
     _secs,
 )
 from conduit.runtime.tiers import Extent
-from conduit.runtime.transfer import copy_rows
+from conduit.runtime.transfer import copy_rows, gather_rows
 
 
 class ReplayTable:
@@ -201,7 +201,14 @@ class ReplayTable:
             if c.annotation is not None:
                 build.annotations[c.meta.id] = c.annotation
 
+        host_dst = all(isinstance(v, np.ndarray) for v in dst.values())
+
         def gather(parts: list[tuple[_Chunk, np.ndarray, int]]) -> int:
+            buffer = getattr(parts[0][0].extent.tier.medium, "buffer", None)
+            if host_dst and isinstance(buffer, np.ndarray) and buffer.ndim == 1 and buffer.dtype == np.uint8:
+                # host memory on both sides: one gather per column across every chunk of the tier
+                return gather_rows(buffer, self.schema, [(c.extent.offset, c.meta.steps, idx, start)
+                                                         for c, idx, start in parts], dst) * self.schema.step_bytes
             return sum(copy_rows(c.columns(), idx, dst, start) for c, idx, start in parts) \
                 * self.schema.step_bytes
 
