@@ -7,7 +7,9 @@
 * :mod:`conduit.runtime.torchrl.columns` maps a TensorDict to the plane's columnar schema and back
   (nested keys flattened to column names, zero-copy views where the layout allows);
 * :mod:`conduit.runtime.torchrl.replay` is :class:`ConduitReplayBuffer`, a ``TensorDictReplayBuffer``
-  whose storage, sampler and priorities are the plane's Replay table (see docs/torchrl.md).
+  whose storage, sampler and priorities are the plane's Replay table (see docs/torchrl.md);
+* :mod:`conduit.runtime.torchrl.onpolicy` is :class:`OnPolicyFeed`, the plane between TorchRL's
+  multi-process collectors and PPO's loss (OnPolicy / BoundedStaleness batches, GAE's value pass per chunk).
 
 Needs torchrl and tensordict (and torch): ``pip install 'conduit-rl[torchrl]'``. Importing this package
 checks that they are installed, without importing them (TorchRL takes seconds to import), and raises a
@@ -33,12 +35,16 @@ _LAZY = {
     "flatten_key": "columns",
     "unflatten_key": "columns",
     "SEPARATOR": "columns",
+    "ConduitReplayBuffer": "replay",
+    "PlaneStorage": "replay",
+    "TorchRLSettingError": "replay",
     "OnPolicyFeed": "onpolicy",
     "FeedError": "onpolicy",
     "example_batch": "onpolicy",
 }
 
-__all__ = ["SEPARATOR", "FeedError", "OnPolicyFeed", "TensorDictLayout", "example_batch", "flatten_key",
+__all__ = ["SEPARATOR", "ConduitReplayBuffer", "FeedError", "OnPolicyFeed", "PlaneStorage", "TensorDictLayout",
+           "TorchRLSettingError", "example_batch", "flatten_key",
            "unflatten_key"]
 
 

@@ -78,6 +78,7 @@ from conduit.audit import AuditReport
 from conduit.contracts import BoundedStaleness, Contract, OnPolicy
 from conduit.errors import ConduitError
 from conduit.runtime.torchrl.columns import TensorDictLayout
+from conduit.runtime.torchrl.replay import TorchRLSettingError
 
 log = logging.getLogger(__name__)  # conduit.runtime.torchrl.onpolicy
 
@@ -87,9 +88,10 @@ VERSION_KEY = ("next", "policy_version")
 VALUE_PASSES = ("per_chunk", "batch")
 
 
-class FeedError(ConduitError, ValueError):
+class FeedError(TorchRLSettingError):
     """A setting of :class:`OnPolicyFeed` (or of the collector it feeds) that the feed cannot run; the
-    message names it."""
+    message names it (a :class:`~conduit.runtime.torchrl.replay.TorchRLSettingError`, as the replay
+    buffer's)."""
 
 
 def example_batch(create_env_fn: Callable[[], Any], policy: Any, frames: int = 2) -> TensorDictBase:
