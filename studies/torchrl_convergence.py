@@ -155,6 +155,7 @@ def _rllib_study() -> Any:
     spec = importlib.util.spec_from_file_location("rllib_convergence", HERE / "rllib_convergence.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
