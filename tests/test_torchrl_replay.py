@@ -271,3 +271,24 @@ def test_other_samplers_and_batch_sizes_are_refused():
     with pytest.raises(ConduitError, match="layout"):
         rb.extend(TensorDict({"other": torch.zeros(2)}, batch_size=[2]))
     assert rb.close().violations == 0
+
+
+def test_large_and_small_rows_are_gathered_across_chunks():
+    """Rows over transfer.GATHER_SMALL_ROW bytes are copied chunk by chunk, small ones in one call: both
+    land where the batch says."""
+    rb = ConduitReplayBuffer(capacity=64, batch_size=32, seed=5)
+    try:
+        for first in range(0, 48, 3):  # 16 chunks of 3 steps
+            v = torch.arange(first, first + 3)
+            rb.extend(TensorDict({"frame": v.to(torch.uint8).view(3, 1, 1, 1).expand(3, 84, 84, 4).clone(),
+                                  "val": v.clone(), "flag": (v % 3 == 0)}, batch_size=[3]))
+        for _ in range(5):
+            s = rb.sample()
+            vals = s["val"]
+            assert torch.equal(s["frame"], vals.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 84, 84, 4))
+            assert torch.equal(s["flag"], vals % 3 == 0)
+            assert len(set(s["index"].tolist())) > 1
+            del s
+        assert rb.close().violations == 0
+    finally:
+        rb.close()
