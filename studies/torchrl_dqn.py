@@ -108,6 +108,8 @@ def run_dqn(side: str, seed: int, threshold: float = THRESHOLD, budget: int = BU
             if side == "conduit":
                 point["violations"] = rb.audit().violations
             curve.append(point)
+            if len(curve) % 20 == 0:
+                log(f"  dqn [{side}] seed {seed}: {steps} env steps, return {ret:.0f} ({point['wall_s']:.0f} s)")
             if reached_at is None and len(episodes) >= 5 and ret >= threshold:
                 reached_at = steps
                 log(f"  dqn [{side}] seed {seed}: return {ret:.0f} >= {threshold:.0f} at {steps} env steps "
