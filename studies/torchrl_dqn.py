@@ -9,8 +9,9 @@ env-step budget; only the buffer line differs::
     rb = ConduitReplayBuffer(storage=LazyTensorStorage(BUFFER), batch_size=BATCH)      # Conduit
 
 The recipe is rl-baselines3-zoo's CartPole DQN (``hyperparams/dqn.yml``: lr 2.3e-3, batch 64, 256x256
-MLP, train every 256 steps with 128 gradient steps, target update every 10 updates, exploration 1.0 ->
-0.04 over the first 16% of 50k steps, learning starts after 1,000 steps), in TorchRL's own pieces:
+MLP, train every 256 steps with 128 gradient steps, target network synced every 10 env steps - which
+stable-baselines3 counts during collection, so once per training phase -, gradients clipped at norm 10,
+exploration 1.0 -> 0.04 over the first 16% of 50k steps, learning starts after 1,000 steps), in TorchRL's own pieces:
 ``Collector``, ``QValueActor`` + ``EGreedyModule``, ``DQNLoss`` and ``HardUpdate``. The return is the
 mean of the last 20 finished training episodes, as in the PPO study and RLlib's
 ``episode_return_mean``; a run stops when it reaches the threshold (DQN 400, as the RLlib tests).
@@ -43,7 +44,8 @@ BATCH = 64
 FRAMES_PER_BATCH = 256
 UPDATES_PER_BATCH = 128
 LEARNING_STARTS = 1_000
-TARGET_EVERY = 10
+TARGET_EVERY = UPDATES_PER_BATCH  # zoo's target_update_interval=10 counts env steps: once per training phase
+MAX_GRAD_NORM = 10.0
 EPS_STEPS = 8_000
 
 
@@ -99,6 +101,7 @@ def run_dqn(side: str, seed: int, threshold: float = THRESHOLD, budget: int = BU
                     value = loss(sample)["loss"]
                     opt.zero_grad()
                     value.backward()
+                    torch.nn.utils.clip_grad_norm_(loss.parameters(), MAX_GRAD_NORM)
                     opt.step()
                     target.step()
                     del sample
