@@ -181,8 +181,9 @@ class ReplayTable:
             rows = rows.astype(np.intp)
             bounds = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist(), n]  # runs of draws from one chunk
             selections = []
+            owners = owner.tolist()
             for lo, hi in itertools.pairwise(bounds):
-                c = chunks[int(owner[lo])]
+                c = chunks[owners[lo]]
                 c.busy += 1  # neither evicted nor moved while the copy reads it
                 selections.append((c, rows[lo:hi]))
             self.auditor.drawn([(c.meta.id, idx) for c, idx in selections], time.time())
@@ -194,12 +195,15 @@ class ReplayTable:
         dst = extent.columns()
         by_tier: dict[str, list[tuple[_Chunk, np.ndarray, int]]] = {}  # one timed copy run per source tier
         row = 0
+        starts: list[int] = []
         for c, idx in selections:
             by_tier.setdefault(c.extent.tier.id, []).append((c, idx, row))
-            build.add(row, c.meta.id, idx, c.meta.t_created, c.meta.policy_version)
+            starts.append(row)
             row += len(idx)
             if c.annotation is not None:
                 build.annotations[c.meta.id] = c.annotation
+        build.add_in_order(starts, [(c.meta.id, idx) for c, idx in selections],
+                           [c.meta.t_created for c, _ in selections], [c.meta.policy_version for c, _ in selections])
 
         host_dst = all(isinstance(v, np.ndarray) for v in dst.values())
 

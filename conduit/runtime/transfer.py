@@ -100,7 +100,7 @@ def gather_rows(buffer: np.ndarray, schema: Any, parts: list[tuple[int, int, np.
         return 0
     starts = [start for _, _, _, start in parts]
     contiguous = all(starts[i + 1] == starts[i] + len(parts[i][2]) for i in range(len(parts) - 1))
-    layouts = [schema.layout(steps)[0] for _, steps, _, _ in parts]
+    layouts = np.array([schema.layout(steps)[0] for _, steps, _, _ in parts], np.int64)  # parts x columns
     counts = np.fromiter((len(rows) for _, _, rows, _ in parts), np.int64, len(parts))
     rows_all = np.concatenate([np.asarray(rows, np.int64) for _, _, rows, _ in parts])
     bases = np.fromiter((off for off, _, _, _ in parts), np.int64, len(parts))
@@ -113,7 +113,7 @@ def gather_rows(buffer: np.ndarray, schema: Any, parts: list[tuple[int, int, np.
         out = dst[col.name]
         out_bytes = out.reshape(out.shape[0], -1).view(np.uint8)
         if size <= GATHER_SMALL_ROW:
-            col_base = bases + np.fromiter((lay[j] for lay in layouts), np.int64, len(parts))
+            col_base = bases + layouts[:, j]
             offsets = np.repeat(col_base, counts) + rows_all * size
             window = as_strided(buffer, shape=(buffer.shape[0] - size + 1, size), strides=(1, 1), writeable=False)
             if contiguous:
@@ -121,8 +121,8 @@ def gather_rows(buffer: np.ndarray, schema: Any, parts: list[tuple[int, int, np.
             else:
                 out_bytes[dst_rows] = window[offsets]
             continue
-        for (off, steps, rows, start), lay in zip(parts, layouts, strict=True):
-            src = buffer[off + lay[j]:off + lay[j] + steps * size].reshape(steps, size)
+        for (off, steps, rows, start), lay in zip(parts, layouts[:, j].tolist(), strict=True):
+            src = buffer[off + lay:off + lay + steps * size].reshape(steps, size)
             np.take(src, np.asarray(rows, np.intp), axis=0, out=out_bytes[start:start + len(rows)])
     return total
 

@@ -52,9 +52,9 @@ before it pickles the buffer). Nothing of TorchRL is patched.
 data. When ``replay_ratio`` is set, a producer ahead of the learner waits - which deadlocks when the
 same thread both extends and samples (a single-process ``Collector(replay_buffer=rb)`` iterated by the
 training loop): nothing else would sample. So a call that could only be unblocked by the calling
-thread itself does not wait: ``extend`` from a thread that samples, and ``sample`` when this thread
-is the only producer (no worker attached), fail at once with an error that says why, instead of
-hanging.
+thread itself does not wait: ``extend`` from a thread that samples, and ``sample`` from a thread that
+extends when it is the only one that ever wrote (no other thread, no worker attached), fail at once
+with an error that says why, instead of hanging.
 
 **The audit** is the plane's, live: :meth:`ConduitReplayBuffer.audit`, :meth:`ConduitReplayBuffer.stats`
 (TorchRL's stats with the plane's metrics and the audit's violations), and the final report from
@@ -432,7 +432,7 @@ class ConduitReplayBuffer(TensorDictReplayBuffer):
         self._drain_leases()
         me = threading.get_ident()
         self._sampling_threads.add(me)
-        alone = self._workers == 0 and self._extending_threads <= {me}
+        alone = self._workers == 0 and self._extending_threads == {me}  # nobody else has ever written
         try:
             batch = plane.next_batch(timeout=0.0 if alone else self._sample_timeout)
         except DeliveryTimeout as exc:
