@@ -6,6 +6,8 @@ study) or the budget is spent. Writes per-batch curves (CSV), a summary (JSON), 
 drawn by ``studies/rllib_convergence.py``'s :func:`draw`: one colour per side, one line style per seed)
 and a short markdown report.
 
+* **DQN** (:func:`run_dqn`): ``studies/torchrl_dqn.py`` (TorchRL's replay buffer vs ``ConduitReplayBuffer``,
+  threshold 400, budget 100k env steps).
 * **PPO** (:func:`run_ppo`): a ``MultiSyncCollector`` with 2 spawned workers, an actor and a critic
   (64x64 tanh MLPs), TorchRL's ``GAE`` (gamma 0.99, lambda 0.95, standardised) and ``ClipPPOLoss``, 10
   epochs of minibatches of 64 over batches of 2,048 frames, Adam 3e-4. Stock: TorchRL's tutorial loop
@@ -147,12 +149,11 @@ def run_ppo(side: str, seed: int, threshold: float, budget: int, log: Any = prin
             "violations": None if audit is None else int(audit.violations), "curve": curve}
 
 
-SETTINGS = {"ppo": Setting("ppo", 450.0, 300_000, run_ppo)}
-
-
-def _rllib_study() -> Any:
-    """``studies/rllib_convergence.py`` (its figure and report), loaded by path: studies are scripts."""
-    spec = importlib.util.spec_from_file_location("rllib_convergence", HERE / "rllib_convergence.py")
+def _study(name: str) -> Any:
+    """Another study script (``studies/<name>.py``), loaded by path: studies are scripts, not a package."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     sys.modules[spec.name] = module  # its dataclasses look their module up there
@@ -160,9 +161,22 @@ def _rllib_study() -> Any:
     return module
 
 
+def _rllib_study() -> Any:
+    """``studies/rllib_convergence.py``: its figure (:func:`draw`/:func:`plot`) and report table."""
+    return _study("rllib_convergence")
+
+
+def run_dqn(side: str, seed: int, threshold: float, budget: int, log: Any = print) -> dict[str, Any]:
+    """TorchRL DQN, stock replay buffer vs ``ConduitReplayBuffer`` (``studies/torchrl_dqn.py``)."""
+    return _study("torchrl_dqn").run_dqn(side, seed, threshold, budget)
+
+
+SETTINGS = {"ppo": Setting("ppo", 450.0, 300_000, run_ppo), "dqn": Setting("dqn", 400.0, 100_000, run_dqn)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algos", default=",".join(SETTINGS))
+    p.add_argument("--algos", default="ppo", help=f"comma-separated, from {sorted(SETTINGS)}")
     p.add_argument("--seeds", default="0")
     p.add_argument("--sides", default="stock,conduit")
     p.add_argument("--out", type=Path, default=Path("results/torchrl_convergence"))
