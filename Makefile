@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
 # Each creates .venv when it is missing, then installs what it needs into it:
 #   make demo  -> the simulator and matplotlib only (`.[plot]`: no torch, no Ray), so a first run is quick;
-#   make test  -> everything (`.[dev,rllib,plot]` and the example plug-in), torch 2.13.0 first: its CPU
+#   make test  -> everything (`.[dev,rllib,plot,torchrl]` and the example plug-in), torch 2.13.0 first: its CPU
 #                 build is on this machine's disk, while an unpinned torch would pull a multi-GB CUDA build.
 # One stamp file per install level: a .venv made by `make demo` gets the full install on `make test`.
 PYTHON ?= python3
@@ -26,7 +26,7 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 
 $(FULL_STAMP): pyproject.toml examples/conduit-policy-example/pyproject.toml | $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[dev,rllib,plot]'
+	$(PY) -m pip install -q -e '.[dev,rllib,plot,torchrl]'
 	$(PY) -m pip install -q -e examples/conduit-policy-example
 	@touch $(FULL_STAMP)
 

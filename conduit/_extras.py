@@ -14,7 +14,7 @@ from types import ModuleType
 from conduit.errors import ConduitError
 
 #: the extra that provides each optional top-level module
-EXTRA_OF = {"torch": "runtime", "ray": "rllib", "matplotlib": "plot"}
+EXTRA_OF = {"torch": "runtime", "ray": "rllib", "matplotlib": "plot", "torchrl": "torchrl", "tensordict": "torchrl"}
 
 
 def install_hint(extra: str) -> str:

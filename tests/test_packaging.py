@@ -85,6 +85,8 @@ def test_torch_ray_and_matplotlib_are_extras_not_dependencies():
     assert any(d.startswith("ray[rllib]") for d in extras["rllib"])
     assert "conduit-rl[runtime]" in extras["rllib"]
     assert any(d.startswith("matplotlib") for d in extras["plot"])
+    # TorchRL: pinned to the versions that import with the project's torch (the Makefile installs torch first)
+    assert {"torchrl==0.14.1", "tensordict==0.14.3", "conduit-rl[runtime]"} <= set(extras["torchrl"])
     assert "version" in project and "version" not in project.get("dynamic", [])
 
 

@@ -269,6 +269,41 @@ def test_unread_notifications_are_bounded(rings):
     assert ring.used == 0
 
 
+def test_annotation_travels_with_the_record_and_into_the_plane(pair):
+    """A producer's annotation comes back with its record (write and slot commit), and the plane's ring
+    thread ingests it, so batches carry it as for an in-process ingest; a too-large one is refused."""
+    ring, producer = pair
+    chunk = payload_for(SCHEMA, 3, 0, steps=4)
+    producer.write(chunk, chunk_id="a", policy_version=0, annotation={"shape": (2, 2)})
+    slot = producer.reserve(4)
+    for name, dst in slot.columns.items():
+        dst[...] = chunk[name]
+    slot.commit(chunk_id="b", policy_version=0, annotation=(2, 2))
+    producer.write(chunk, chunk_id="c", policy_version=0)
+    records = ring.poll()
+    assert [(r.chunk_id, r.annotation) for r in records] == [("a", {"shape": (2, 2)}), ("b", (2, 2)), ("c", None)]
+    for rec in records:
+        ring.release(rec)
+    with pytest.raises(ConduitError, match="with its annotation pickles to"):
+        producer.write(chunk, chunk_id="d", policy_version=0, annotation="x" * 500)
+    assert ring.poll() == [] and ring.used == 0
+
+
+def test_plane_batches_carry_ring_annotations():
+    from conduit.contracts import OnPolicy
+    from conduit.runtime.plane import ExperiencePlane
+
+    with ExperiencePlane(SCHEMA, OnPolicy(), batch_steps=8, prefetch_depth=1) as plane:
+        spec = plane.attach_producer("p", ring_bytes=64 << 10)
+        with RingProducer(spec) as producer:
+            for i in range(2):
+                producer.write(payload_for(SCHEMA, i, 0, steps=4), chunk_id=i, policy_version=0, annotation=("env", i))
+            batch = plane.next_batch(timeout=30)
+        assert batch.annotations == {0: ("env", 0), 1: ("env", 1)}
+        batch.release()
+        assert plane.audit().violations == 0
+
+
 def test_out_of_order_release_moves_head_only_past_contiguous(pair):
     ring, producer = pair
     for i in range(3):

@@ -373,7 +373,7 @@ class Ingestion:
             try:
                 self.ingest(rec.columns, policy_version=rec.policy_version, chunk_id=rec.chunk_id,
                             producer=rec.producer, t_created=rec.t_created, checksum=rec.checksum,
-                            timeout=1.0)
+                            timeout=1.0, annotation=rec.annotation)
                 break
             except PlaneFullError:
                 continue  # the ring holds the chunk meanwhile: backpressure reaches the producer

@@ -39,7 +39,7 @@ from conduit.runtime.records import (
     _secs,
 )
 from conduit.runtime.tiers import Extent
-from conduit.runtime.transfer import copy_rows
+from conduit.runtime.transfer import copy_rows, gather_rows
 
 
 class ReplayTable:
@@ -71,16 +71,55 @@ class ReplayTable:
         else:
             return False
         while self._table_steps + steps > self.contract.capacity:
-            cid, old = next(iter(self._table.items()))
-            self._table.pop(cid)
-            self._table_snapshot = None
-            self._table_steps -= old.meta.steps
-            self._sampler.remove(np.arange(old.first_id, old.first_id + old.meta.steps, dtype=np.int64))
-            self._evicted_ranges.append((old.first_id, old.meta.steps, cid))
-            old.next_row = old.meta.steps
-            self._maybe_retire(old)
-            self.metrics_.count("evicted_chunks")
+            self._evict_oldest()
         return True
+
+    def _evict_oldest(self) -> None:
+        """Under the lock: the table's oldest chunk (not busy) leaves it; its ids leave the sampler."""
+        cid, old = next(iter(self._table.items()))
+        self._table.pop(cid)
+        self._table_snapshot = None
+        self._table_steps -= old.meta.steps
+        self._sampler.remove(np.arange(old.first_id, old.first_id + old.meta.steps, dtype=np.int64))
+        self._evicted_ranges.append((old.first_id, old.meta.steps, cid))
+        old.next_row = old.meta.steps
+        self._maybe_retire(old)
+        self.metrics_.count("evicted_chunks")
+
+    def clear_table(self, timeout: float | None = None) -> int:
+        """Replay: evict every chunk in the table now, oldest first, as capacity would (each one reported
+        ``evicted`` to the auditor; never drawn again); returns the steps evicted. Waits up to ``timeout``
+        (default: the plane's ``ingest_timeout``) while a sample still copies rows of a chunk. Inserts
+        still copying land afterwards. The rate limiter's counts go on (the contract is on cumulative
+        counts). This is TorchRL's ``ReplayBuffer.empty()``."""
+        if not self.rules.tabled:
+            raise ConduitError(f"clear_table: the {self.contract.kind} contract has no Replay table")
+        timeout = self.ingest_timeout if timeout is None else timeout
+        with self._cond:
+            self._check_open()
+            self._wait(lambda: not any(c.busy for c in self._table.values()), _deadline(timeout),
+                       lambda: f"clear_table: a sample still copied rows of the table after {_secs(timeout)}")
+            steps = 0
+            while self._table:
+                steps += next(iter(self._table.values())).meta.steps
+                self._evict_oldest()
+            self._cond.notify_all()
+            return steps
+
+    @property
+    def live_samples(self) -> int:
+        """Replay: how many samples the table holds now (live in the sampler; 0 for other contracts)."""
+        with self._cond:
+            return 0 if self._sampler is None else len(self._sampler)
+
+    def replay_ids(self, chunk_id: Hashable) -> np.ndarray | None:
+        """Replay: the sample ids of a chunk in the table (``first id + row``, what batches carry in
+        ``replay_ids``), or None once it has left the table."""
+        with self._cond:
+            c = self._table.get(chunk_id)
+            if c is None:
+                return None
+            return np.arange(c.first_id, c.first_id + c.meta.steps, dtype=np.int64)
 
     def _sample(self, learner: str, timeout: float | None) -> Batch:
         q = self._learners[learner]
@@ -142,8 +181,9 @@ class ReplayTable:
             rows = rows.astype(np.intp)
             bounds = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist(), n]  # runs of draws from one chunk
             selections = []
+            owners = owner.tolist()
             for lo, hi in itertools.pairwise(bounds):
-                c = chunks[int(owner[lo])]
+                c = chunks[owners[lo]]
                 c.busy += 1  # neither evicted nor moved while the copy reads it
                 selections.append((c, rows[lo:hi]))
             self.auditor.drawn([(c.meta.id, idx) for c, idx in selections], time.time())
@@ -155,14 +195,24 @@ class ReplayTable:
         dst = extent.columns()
         by_tier: dict[str, list[tuple[_Chunk, np.ndarray, int]]] = {}  # one timed copy run per source tier
         row = 0
+        starts: list[int] = []
         for c, idx in selections:
             by_tier.setdefault(c.extent.tier.id, []).append((c, idx, row))
-            build.add(row, c.meta.id, idx, c.meta.t_created, c.meta.policy_version)
+            starts.append(row)
             row += len(idx)
             if c.annotation is not None:
                 build.annotations[c.meta.id] = c.annotation
+        build.add_in_order(starts, [(c.meta.id, idx) for c, idx in selections],
+                           [c.meta.t_created for c, _ in selections], [c.meta.policy_version for c, _ in selections])
+
+        host_dst = all(isinstance(v, np.ndarray) for v in dst.values())
 
         def gather(parts: list[tuple[_Chunk, np.ndarray, int]]) -> int:
+            buffer = getattr(parts[0][0].extent.tier.medium, "buffer", None)
+            if host_dst and isinstance(buffer, np.ndarray) and buffer.ndim == 1 and buffer.dtype == np.uint8:
+                # host memory on both sides: one gather per column across every chunk of the tier
+                return gather_rows(buffer, self.schema, [(c.extent.offset, c.meta.steps, idx, start)
+                                                         for c, idx, start in parts], dst) * self.schema.step_bytes
             return sum(copy_rows(c.columns(), idx, dst, start) for c, idx, start in parts) \
                 * self.schema.step_bytes
 

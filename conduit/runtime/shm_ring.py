@@ -24,7 +24,11 @@ A record is contiguous and starts on a 64-byte boundary::
 
 The record header is eight 8-byte fields: magic, state (WRITING / COMMITTED / ABORTED), record size,
 steps, policy version, ``t_created`` (float64), checksum (-1 for none) and the length of the pickled
-metadata (the chunk id, any picklable hashable). When a record does not fit before the end of the
+metadata: the chunk id (any picklable hashable) and the chunk's *annotation* (any small picklable
+object, ``None`` by default), which the plane hands to :meth:`ExperiencePlane.ingest` so that it comes
+back with the batches and peeks carrying the chunk's rows, as for a chunk ingested in-process (a
+framework's producer uses it for what the columns do not say, e.g. TorchRL's ``[envs, time]`` batch
+shape of a collector's rollout). When a record does not fit before the end of the
 data area, the producer writes a PAD marker there and wraps to offset 0, so columns are always plain
 zero-copy views.
 
@@ -79,7 +83,7 @@ from conduit.runtime.schema import ALIGN, Schema, align_up
 
 # -- segment layout ------------------------------------------------------------------------------
 RING_MAGIC = 0x434F4E4455495452  # "CONDUITR"
-RING_VERSION = 1
+RING_VERSION = 2  # 2: the metadata area holds (chunk id, annotation)
 HEADER_BYTES = 192
 """Bytes before the data area: three cache lines of int64 fields."""
 
@@ -173,15 +177,20 @@ def _check_steps(steps: Any) -> int:
     return int(steps)
 
 
-def _pack_meta(chunk_id: Hashable, meta_bytes: int, producer: str) -> bytes:
+def _pack_meta(chunk_id: Hashable, meta_bytes: int, producer: str, annotation: Any = None) -> bytes:
     try:
         hash(chunk_id)
     except TypeError as exc:
         raise ConduitError(f"producer {producer!r}: chunk id {chunk_id!r} is not hashable") from exc
-    blob = pickle.dumps(chunk_id, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        blob = pickle.dumps((chunk_id, annotation), protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise ConduitError(f"producer {producer!r}: chunk {chunk_id!r}: the annotation {annotation!r} cannot be "
+                           f"pickled: {exc}") from exc
     if len(blob) > meta_bytes:
-        raise ConduitError(f"producer {producer!r}: chunk id {chunk_id!r} pickles to {len(blob)} bytes; the ring's "
-                           f"metadata area holds {meta_bytes} (ShmRing(meta_bytes=...))")
+        what = "" if annotation is None else " with its annotation"
+        raise ConduitError(f"producer {producer!r}: chunk id {chunk_id!r}{what} pickles to {len(blob)} bytes; the "
+                           f"ring's metadata area holds {meta_bytes} (ShmRing(meta_bytes=...))")
     return blob
 
 
@@ -241,6 +250,7 @@ class RingRecord:
     offset: int
     size: int
     _vstart: int = field(default=-1, repr=False)
+    annotation: Any = field(default=None, repr=False)  # the producer's annotation (see the module doc)
 
     @property
     def nbytes(self) -> int:
@@ -474,13 +484,13 @@ class ShmRing:
     def _make_record(self, entry: list, pos: int, size: int, steps: int, version: int, t_created: float,
                      checksum: int, meta_len: int) -> RingRecord:
         meta_at = pos + RECORD_HEADER_BYTES
-        chunk_id = pickle.loads(self._data[meta_at:meta_at + meta_len])
+        chunk_id, annotation = pickle.loads(self._data[meta_at:meta_at + meta_len])
         cols_at = meta_at + self._meta_bytes
         columns = self._layout.views(self._data[cols_at:pos + size], steps)
         record = RingRecord(chunk_id=chunk_id, producer=self.producer, policy_version=version,
                             t_created=t_created, steps=steps,
                             checksum=None if checksum == _NO_CHECKSUM else checksum,
-                            columns=columns, offset=pos, size=size, _vstart=entry[0])
+                            columns=columns, offset=pos, size=size, _vstart=entry[0], annotation=annotation)
         self._live[entry[0]] = (entry, record)
         return record
 
@@ -525,15 +535,17 @@ class RingSlot:
         self.done = False
 
     def commit(self, *, chunk_id: Hashable, policy_version: int, t_created: float | None = None,
-               checksum: bool = True) -> None:
+               checksum: bool = True, annotation: Any = None) -> None:
         """Publish the record: metadata, then state COMMITTED, then a notification to the plane.
 
         With ``checksum`` the CRC-32 of the columns (:func:`conduit.chunk.checksum_bytes`, sorted column
-        order) is computed over the bytes in the ring and stored with the record.
+        order) is computed over the bytes in the ring and stored with the record. ``annotation`` travels
+        with the chunk id in the metadata area (see the module doc).
         """
         if self.done:
             raise ConduitError(f"producer {self._producer.producer!r}: slot already committed or aborted")
-        self._producer._commit(self, chunk_id, policy_version, t_created, checksum)
+        blob = _pack_meta(chunk_id, self._producer.meta_bytes, self._producer.producer, annotation)
+        self._producer._commit(self, chunk_id, policy_version, t_created, checksum, blob)
 
     def abort(self) -> None:
         """Give the slot back unpublished; the plane skips it."""
@@ -628,15 +640,16 @@ class RingProducer:
         return self._slot
 
     def write(self, payload: Mapping[str, Any], *, chunk_id: Hashable, policy_version: int,
-              t_created: float | None = None, checksum: bool = True, timeout: float | None = 10.0) -> None:
+              t_created: float | None = None, checksum: bool = True, timeout: float | None = 10.0,
+              annotation: Any = None) -> None:
         """Validate ``payload`` against the schema, reserve, copy it into the ring and commit.
 
-        A payload that does not match raises :class:`~conduit.errors.SchemaError` before anything is
-        reserved or written.
+        A payload that does not match (or an id and annotation too large for the metadata area) raises
+        before anything is reserved or written.
         """
         self._check_usable()
         steps = self.schema.validate(payload, where=f"producer {self.producer!r}: chunk {chunk_id!r}")
-        blob = _pack_meta(chunk_id, self.meta_bytes, self.producer)
+        blob = _pack_meta(chunk_id, self.meta_bytes, self.producer, annotation)
         slot = self.reserve(steps, timeout)
         try:
             for name, dst in slot.columns.items():

@@ -77,6 +77,56 @@ def copy_rows(src: dict[str, Any], index: slice | np.ndarray, dst: dict[str, Any
     return int(n or 0)
 
 
+GATHER_SMALL_ROW = 4096
+"""Columns with at most this many bytes per step are gathered across chunks in one numpy call
+(:func:`gather_rows`); larger rows are copied chunk by chunk (the copy, not the call, dominates)."""
+
+
+def gather_rows(buffer: np.ndarray, schema: Any, parts: list[tuple[int, int, np.ndarray, int]],
+                dst: dict[str, np.ndarray]) -> int:
+    """Copy scattered rows of many chunks that live in one host buffer into a batch, column by column.
+
+    ``buffer`` is a tier's host memory (uint8); each part is ``(extent offset, chunk steps, rows,
+    first batch row)``: the chunk's extent starts at that byte offset with the schema's layout for
+    its steps, and its ``rows`` land in the batch from that row on. A column of small rows is gathered
+    for every part in one fancy-indexing call over a one-byte-stride window of the buffer (a replay
+    batch draws from hundreds of chunks, and a call per chunk and column would cost more than the
+    bytes); a column of large rows is copied part by part with ``np.take`` from the chunk's own
+    contiguous column. Returns the rows copied."""
+    from numpy.lib.stride_tricks import as_strided
+
+    total = sum(len(rows) for _, _, rows, _ in parts)
+    if total == 0:
+        return 0
+    starts = [start for _, _, _, start in parts]
+    contiguous = all(starts[i + 1] == starts[i] + len(parts[i][2]) for i in range(len(parts) - 1))
+    layouts = np.array([schema.layout(steps)[0] for _, steps, _, _ in parts], np.int64)  # parts x columns
+    counts = np.fromiter((len(rows) for _, _, rows, _ in parts), np.int64, len(parts))
+    rows_all = np.concatenate([np.asarray(rows, np.int64) for _, _, rows, _ in parts])
+    bases = np.fromiter((off for off, _, _, _ in parts), np.int64, len(parts))
+    dst_rows = None if contiguous else np.concatenate(
+        [np.arange(start, start + len(rows)) for _, _, rows, start in parts])
+    for j, col in enumerate(schema.columns):
+        size = col.step_bytes
+        if size == 0:
+            continue
+        out = dst[col.name]
+        out_bytes = out.reshape(out.shape[0], -1).view(np.uint8)
+        if size <= GATHER_SMALL_ROW:
+            col_base = bases + layouts[:, j]
+            offsets = np.repeat(col_base, counts) + rows_all * size
+            window = as_strided(buffer, shape=(buffer.shape[0] - size + 1, size), strides=(1, 1), writeable=False)
+            if contiguous:
+                out_bytes[starts[0]:starts[0] + total] = window[offsets]
+            else:
+                out_bytes[dst_rows] = window[offsets]
+            continue
+        for (off, steps, rows, start), lay in zip(parts, layouts[:, j].tolist(), strict=True):
+            src = buffer[off + lay:off + lay + steps * size].reshape(steps, size)
+            np.take(src, np.asarray(rows, np.intp), axis=0, out=out_bytes[start:start + len(rows)])
+    return total
+
+
 def _torch_copy(target: Any, rows: Any, non_blocking: bool) -> None:
     import torch
 
