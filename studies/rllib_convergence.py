@@ -210,6 +210,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def sides_and_seeds(sides_arg: str, seeds_arg: str) -> tuple[list[str], list[int]]:
+    """``--sides`` and ``--seeds`` (comma-separated) as lists; ValueError naming the option when bad.
+    Shared by the convergence studies of every framework."""
+    sides = [s.strip() for s in sides_arg.split(",") if s.strip()]
+    if any(s not in ("stock", "conduit") for s in sides):
+        raise ValueError(f"--sides must be from stock, conduit; got {sides}")
+    try:
+        seeds = [int(s) for s in seeds_arg.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds must be comma-separated integers, got {seeds_arg!r}") from None
+    return sides, seeds
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
@@ -217,14 +230,10 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: --algos: unknown {bad}; known: {sorted(SETTINGS)}", file=sys.stderr)
         return 2
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    if any(s not in ("stock", "conduit") for s in sides):
-        print(f"error: --sides must be from stock, conduit; got {sides}", file=sys.stderr)
-        return 2
     try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        print(f"error: --seeds must be comma-separated integers, got {args.seeds!r}", file=sys.stderr)
+        sides, seeds = sides_and_seeds(args.sides, args.seeds)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
 
     if args.replot:

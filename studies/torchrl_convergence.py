@@ -186,16 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     if bad := [a for a in algos if a not in SETTINGS]:
         print(f"error: --algos: unknown {bad}; known: {sorted(SETTINGS)}", file=sys.stderr)
         return 2
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    if any(s not in ("stock", "conduit") for s in sides):
-        print(f"error: --sides must be from stock, conduit; got {sides}", file=sys.stderr)
-        return 2
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        print(f"error: --seeds must be comma-separated integers, got {args.seeds!r}", file=sys.stderr)
-        return 2
     study = _rllib_study()
+    try:
+        sides, seeds = study.sides_and_seeds(args.sides, args.seeds)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.replot:
         runs = json.loads((args.out / "summary.json").read_text())["runs"]
         study.plot(runs, args.out / "learning_curves.png")

@@ -133,9 +133,12 @@ def run_dqn(side: str, seed: int, threshold: float = THRESHOLD, budget: int = BU
 
 def _rllib_study() -> Any:
     """``studies/rllib_convergence.py`` (its figure and report), loaded by path: studies are scripts."""
+    if "rllib_convergence" in sys.modules:
+        return sys.modules["rllib_convergence"]
     spec = importlib.util.spec_from_file_location("rllib_convergence", HERE / "rllib_convergence.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -147,14 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=BUDGET)
     p.add_argument("--out", type=Path, default=Path("results/torchrl_dqn"))
     args = p.parse_args(argv)
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    if any(s not in ("stock", "conduit") for s in sides):
-        print(f"error: --sides must be from stock, conduit; got {sides}", file=sys.stderr)
-        return 2
+    study = _rllib_study()
     try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        print(f"error: --seeds must be comma-separated integers, got {args.seeds!r}", file=sys.stderr)
+        sides, seeds = study.sides_and_seeds(args.sides, args.seeds)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     import torch
 
@@ -174,7 +174,6 @@ def main(argv: list[str] | None = None) -> int:
         for r in runs:
             for pt in r["curve"]:
                 wr.writerow([r["algo"], r["side"], r["seed"], pt["steps"], pt["return_mean"], f"{pt['wall_s']:.2f}"])
-    study = _rllib_study()
     plotted = study.plot(runs, args.out / "learning_curves.png")
     table = study.report(runs)
     (args.out / "report.md").write_text(
