@@ -20,6 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--quick", action="store_true", help="small sizes and few repeats: a few seconds, rougher")
     cal.add_argument("--no-ray", action="store_true", help="skip the Ray object store")
     cal.add_argument("--no-disk", action="store_true", help="skip the disk")
+    cal.add_argument("--workloads", action="store_true",
+                     help="also measure workload primitives (needs the rllib extra): RLlib EnvRunner sampling per "
+                          "step, RLModule update and value pass per sample, weight get/set, for stock PPO, APPO "
+                          "and DQN on CartPole-v1 and the 84x84x4 uint8 LargeObsEnv (in --json's 'workload')")
     cal.add_argument("--json", action="store_true",
                      help="print the raw measurements as one JSON object on stdout (YAML only to --out)")
     conventions.add_progress_flag(cal, "progress bar or per-measurement lines")
@@ -55,8 +59,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 print(line, file=sys.stderr, flush=True)
 
         try:
+            workloads = cal.default_workload_configs() if args.workloads else None
             text, measurements = cal.calibrate(args.out, quick=args.quick, ray=not args.no_ray,
-                                               disk=not args.no_disk, progress=progress)
+                                               disk=not args.no_disk, progress=progress, workloads=workloads)
         except BrokenPipeError as exc:  # stdout is written below, so this is a helper process's pipe
             raise ConduitError(_helper_died(exc)) from None
     if args.json:

@@ -106,10 +106,13 @@ class Measurements(dict):
     """``dict[str, Measurement]`` that also carries the host facts (``.host``: cores, DRAM, disk, ...)."""
 
     host: dict[str, Any]
+    #: workload primitives (:func:`measure_workload_primitives`), when measured
+    workload: dict[str, Any]
 
     def __init__(self, *args, host: dict[str, Any] | None = None, **kw):
         super().__init__(*args, **kw)
         self.host = dict(host or {})
+        self.workload = {}
 
 
 def _failed(name: str, reason: str) -> Measurement:
@@ -613,13 +616,15 @@ def host_facts() -> dict[str, Any]:
 
 
 def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, progress: Progress | None = None,
-                    tmpdir: str | None = None) -> Measurements:
+                    tmpdir: str | None = None, workloads: dict[str, tuple[str, Any]] | None = None) -> Measurements:
     """Measure this machine; returns :class:`Measurements` (a ``dict[str, Measurement]`` with ``.host``).
 
     ``quick`` uses small sizes and few repeats (a few seconds); the full run takes well under two
     minutes. ``ray=False`` skips the object store, ``disk=False`` the disk. ``progress`` receives one
     line per measurement. ``tmpdir`` is where the disk test writes (default: the system temp dir);
-    it is cleaned up."""
+    it is cleaned up. ``workloads`` (``{name: (algo, AlgorithmConfig)}``, e.g.
+    :func:`default_workload_configs`) adds the workload primitives of those RLlib configs
+    (:func:`measure_workload_primitives`) as ``.workload``."""
     plan = _plan(quick)
     facts = host_facts()
     from importlib import metadata
@@ -645,6 +650,8 @@ def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, pr
     keep(*_measure_pickle(plan))
     if disk:
         keep(*_measure_disk(plan, tmpdir, out.host))
+    if workloads:  # before Ray starts: ray.init flushes Tune's env registry into a store ray.shutdown drops
+        out.workload = measure_workload_primitives(workloads, quick=quick, progress=progress)
     if ray:
         keep(*_measure_object_store(plan, progress, out.host))
     if cuda_available():
@@ -886,10 +893,14 @@ def check_out_path(out: str | Path) -> Path:
 
 
 def to_json(measurements: dict[str, Measurement]) -> str:
-    """One JSON object: ``{"host": {...}, "measurements": {name: {...}}}`` (NaN as null)."""
+    """One JSON object: ``{"host": {...}, "measurements": {name: {...}}}`` (NaN as null), plus
+    ``"workload": {name: {...}}`` when workload primitives were measured."""
     host = getattr(measurements, "host", {}) or {}
-    return json.dumps({"host": host, "measurements": {k: m.to_dict() for k, m in measurements.items()}},
-                      indent=2, default=str)
+    data: dict[str, Any] = {"host": host, "measurements": {k: m.to_dict() for k, m in measurements.items()}}
+    workload = getattr(measurements, "workload", None)
+    if workload:
+        data["workload"] = workload_to_json(workload)
+    return json.dumps(data, indent=2, default=str)
 
 
 def calibrate(out: str | Path | None = None, **kw) -> tuple[str, dict[str, Measurement]]:
@@ -908,3 +919,304 @@ def calibrate(out: str | Path | None = None, **kw) -> tuple[str, dict[str, Measu
     if path is not None:
         path.write_text(text)
     return text, measurements
+
+
+# --- workload primitives (RLlib env runner, RLModule update, value pass, weights) ------------------------
+#
+# What a training loop spends on its own work, measured one primitive at a time so that the simulator can
+# predict a loop it never saw run: never an end-to-end loop timed and fed back. Each is a size sweep fitted
+# like the copies above (``t = latency + n / rate``), where ``n`` counts env steps or samples, not bytes:
+#
+# * ``env_runner``: ``SingleAgentEnvRunner.sample(num_timesteps=n)`` of a local (in-process) EnvRunner built
+#   from the workload's own config (``ray/rllib/env/single_agent_env_runner.py: SingleAgentEnvRunner.sample``):
+#   env steps, the module's exploration forward pass (batch of ``num_envs_per_env_runner``) and the
+#   env-to-module / module-to-env connectors, per step (``1 / rate``), plus the per-call cost (``latency``:
+#   episode bookkeeping and numpy-izing the returned episodes). Its ``extra`` also records the returned
+#   episodes' pickled bytes per step and their mean length (what the serialisation costs are charged on);
+# * ``learner_update``: one gradient step of the workload's RLModule (``forward_train`` + a loss over its
+#   outputs + ``backward`` + an Adam step) on a minibatch of ``n`` random observations of the env's space, per
+#   sample (``1 / rate``) and per call (``latency``);
+# * ``value_pass`` (PPO): ``compute_values`` under ``torch.no_grad`` over ``n`` samples -- the value
+#   function forward pass that RLlib's ``GeneralAdvantageEstimation`` learner connector runs
+#   (``ray/rllib/connectors/learner/general_advantage_estimation.py``);
+# * ``weights``: ``get_state(inference_only=True)`` of the module, converted to numpy, and ``set_state`` of
+#   a second module: the two ends of a weight sync (``EnvRunnerGroup.sync_weights``), RPC not included.
+#
+# Compute primitives run with one torch thread (RLlib's learner and EnvRunners run one each here: 2 cores
+# shared by every process) and are timed in *process CPU time* (``time.process_time``), like
+# ``benchmarks/stock_primitives.py``: other tenants of a shared machine do not inflate them; the wall-clock
+# medians are kept in ``extra`` for comparison.
+
+
+@dataclass
+class WorkloadMeasurement(Measurement):
+    """A :class:`Measurement` of a workload primitive: ``bandwidth`` is in items (env steps or samples)
+    per second, ``latency`` is the per-call cost in seconds; ``extra`` holds what else the sweep saw
+    (bytes per step, episode length, wall-clock medians, parameter bytes)."""
+
+    unit: str = "samples"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def per_item(self) -> float:
+        """Seconds per env step or sample (``1 / bandwidth``)."""
+        return 1.0 / self.bandwidth if self.ok else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out.update({"unit": self.unit, "per_item": self.per_item if self.ok else None, "extra": dict(self.extra)})
+        return out
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"{self.name:<34} not measured: {self.note}"
+        if self.unit == "calls":
+            return f"{self.name:<34} {_t(self.latency):>9} per call  ({self.samples} samples)"
+        return (f"{self.name:<34} {_t(self.per_item):>9} per {self.unit[:-1]}  + {_t(self.latency):>9} per call  "
+                f"({self.samples} samples)")
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _cpu_clock(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(process CPU seconds, wall seconds) of one call."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    return time.process_time() - c0, time.perf_counter() - t0
+
+
+def _item_sweep(name: str, unit: str, run: Callable[[int], None], sizes: Sequence[int], budget: float,
+                min_rep: int, max_rep: int, note: str) -> WorkloadMeasurement:
+    """Time ``run(n)`` over ``sizes`` in process CPU time; fit ``t = latency + n / rate`` to the medians."""
+    cpu_medians, wall_medians, samples = [], [], 0
+    for n in sizes:
+        run(n)  # warm-up: lazy imports, allocator, first-call paths
+        probe = max(1e-6, _cpu_clock(lambda n=n: run(n))[0])
+        reps = max(min_rep, min(max_rep, int(budget / probe)))
+        times = [_cpu_clock(lambda n=n: run(n)) for _ in range(reps)]
+        cpu_medians.append(statistics.median(t[0] for t in times))
+        wall_medians.append(statistics.median(t[1] for t in times))
+        samples += reps
+    cpu_medians = [max(t, 1e-9) for t in cpu_medians]
+    lat, rate, how = fit_latency_bandwidth(sizes, cpu_medians)
+    return WorkloadMeasurement(name, rate, lat, samples,
+                               f"{note}; {unit} {min(sizes)}..{max(sizes)} ({len(sizes)} sizes); process CPU time, "
+                               f"median per size, {how.replace('size', 'count').replace('bandwidth', 'rate')}",
+                               list(sizes), cpu_medians, unit=unit, extra={"wall_medians": wall_medians})
+
+
+def _space_batch(space, n: int, rng: np.random.Generator):
+    """``n`` random values of a gymnasium space as a torch tensor (uint8 images stay uint8)."""
+    import torch
+
+    if hasattr(space, "n"):  # Discrete
+        return torch.as_tensor(rng.integers(0, int(space.n), size=n))
+    low = np.broadcast_to(space.low, space.shape)
+    high = np.broadcast_to(space.high, space.shape)
+    if np.issubdtype(space.dtype, np.integer):
+        return torch.as_tensor(rng.integers(low.min(), int(high.max()) + 1, size=(n, *space.shape), dtype=space.dtype))
+    lo = np.where(np.isfinite(low), low, -1.0)
+    hi = np.where(np.isfinite(high), high, 1.0)
+    return torch.as_tensor(rng.uniform(lo, hi, size=(n, *space.shape)).astype(space.dtype))
+
+
+def _workload_env(config):
+    """The config's env, built the way an EnvRunner builds it (a registered name or a class)."""
+    import gymnasium as gym
+    from ray.rllib.env.env_context import EnvContext
+
+    env = config.env
+    ctx = EnvContext(dict(config.env_config or {}), worker_index=1)
+    if isinstance(env, str):
+        from ray.tune.registry import ENV_CREATOR, _global_registry
+
+        if _global_registry.contains(ENV_CREATOR, env):
+            return _global_registry.get(ENV_CREATOR, env)(ctx)
+        return gym.make(env)
+    return env(ctx)
+
+
+def measure_env_runner(name: str, config, quick: bool = False) -> WorkloadMeasurement:
+    """``SingleAgentEnvRunner.sample(num_timesteps=n)`` of ``config`` (an RLlib ``AlgorithmConfig``), local."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    cfg = config.copy(copy_frozen=False)
+    runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
+    kept: list[list] = []  # the returned episodes, looked at after the sweep (pickling them is not timed)
+
+    def run(n: int) -> None:
+        episodes = runner.sample(num_timesteps=n, random_actions=False)
+        if len(kept) < 64:
+            kept.append(episodes)
+
+    sizes = [4, 16, 64] if quick else [8, 32, 128]
+    budget = 0.1 if quick else 0.4
+    try:
+        m = _item_sweep(f"env_runner:{name}", "steps", run, sizes, budget, 3, 40,
+                        f"SingleAgentEnvRunner.sample(num_timesteps=n) of a local EnvRunner "
+                        f"({cfg.num_envs_per_env_runner} env(s)), one torch thread")
+        steps = sum(len(e) for eps in kept for e in eps)
+        nbytes = sum(len(pickle.dumps(eps, protocol=5)) for eps in kept)
+        # an episode comes back in pieces (one per sample() call it spans): sum the pieces by id
+        length: dict[str, int] = {}
+        done: list[int] = []
+        for eps in kept:
+            for e in eps:
+                length[e.id_] = length.get(e.id_, 0) + len(e)
+                if e.is_done:
+                    done.append(length[e.id_])
+        m.extra.update({
+            "bytes_per_step": nbytes / max(1, steps),
+            "episode_length": statistics.mean(done) if done else math.nan,
+            "episodes_done": len(done),
+            "envs_per_runner": int(cfg.num_envs_per_env_runner),
+        })
+        return m
+    finally:
+        with contextlib.suppress(Exception):
+            runner.stop()
+
+
+def measure_module(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:
+    """The learner-side primitives of ``config``'s RLModule: update, value pass (PPO/APPO), weights."""
+    import torch
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.utils.numpy import convert_to_numpy
+
+    env = _workload_env(config)
+    try:
+        spec = config.get_rl_module_spec(env=env)
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        with contextlib.suppress(Exception):
+            env.close()
+    torch.manual_seed(0)
+    module = spec.build()
+    if hasattr(module, "make_target_networks"):  # DQN: the learner builds target networks (TargetNetworkAPI)
+        module.make_target_networks()
+    module.train()
+    opt = torch.optim.Adam(module.parameters(), lr=1e-4)
+    rng = np.random.default_rng(0)
+    batches: dict[int, dict] = {}
+
+    def batch(n: int) -> dict:
+        if n not in batches:
+            b = {Columns.OBS: _space_batch(obs_space, n, rng), Columns.ACTIONS: _space_batch(act_space, n, rng)}
+            if algo == "dqn":
+                b[Columns.NEXT_OBS] = _space_batch(obs_space, n, rng)
+            batches[n] = b
+        return batches[n]
+
+    def loss_of(out: dict) -> torch.Tensor:
+        terms = [v.float().mean() for v in out.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+        if not terms:
+            raise ConduitError(f"{name}: forward_train returned no differentiable output")
+        return torch.stack(terms).sum()
+
+    def update(n: int) -> None:
+        out = module.forward_train(batch(n))
+        opt.zero_grad()
+        loss_of(out).backward()
+        opt.step()
+
+    def values(n: int) -> None:
+        with torch.no_grad():
+            module.compute_values(batch(n))
+
+    sizes = [8, 32, 128] if quick else [16, 64, 256]
+    budget = 0.1 if quick else 0.5
+    out = [_item_sweep(f"learner_update:{name}", "samples", update, sizes, budget, 3, 40,
+                       f"{type(module).__name__}.forward_train + loss over its outputs + backward + Adam step on "
+                       f"n random observations, one torch thread")]
+    if algo == "ppo" and hasattr(module, "compute_values"):
+        out.append(_item_sweep(f"value_pass:{name}", "samples", values, [4 * s for s in sizes], budget, 3, 40,
+                               f"{type(module).__name__}.compute_values under torch.no_grad (the GAE connector's "
+                               f"value pass), one torch thread"))
+    other = spec.build()
+    if hasattr(other, "make_target_networks"):
+        other.make_target_networks()
+    state_bytes = 0
+
+    def sync(_n: int) -> None:
+        nonlocal state_bytes
+        state = convert_to_numpy(module.get_state(inference_only=True))
+        other.set_state(state)
+        state_bytes = sum(v.nbytes for v in _leaves(state) if isinstance(v, np.ndarray))
+
+    w = _item_sweep(f"weights:{name}", "calls", sync, [1, 2], budget, 3, 40,
+                    "get_state(inference_only=True) -> numpy, then set_state on a second module (a weight sync "
+                    "without its RPC)")
+    # one call per sweep point: the fit's 'latency' is the per-call time
+    w.latency, w.bandwidth = w.medians[0], 1.0 / w.medians[0]
+    w.extra["state_bytes"] = state_bytes
+    out.append(w)
+    return out
+
+
+def _leaves(tree: Any):
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from _leaves(v)
+    elif isinstance(tree, list | tuple):
+        for v in tree:
+            yield from _leaves(v)
+    else:
+        yield tree
+
+
+def measure_workload_primitives(configs: dict[str, tuple[str, Any]], quick: bool = False,
+                                progress: Progress | None = None) -> dict[str, WorkloadMeasurement]:
+    """Every workload primitive of ``configs`` (``{name: (algo, AlgorithmConfig)}``, algo one of ppo,
+    appo, dqn), keyed ``"<primitive>:<name>"``. One torch thread throughout; a primitive that fails is
+    recorded as not measured (with the reason), never skipped silently."""
+    out: dict[str, WorkloadMeasurement] = {}
+    with _torch_threads(1):
+        for name, (algo, config) in configs.items():
+            for what in ("env_runner", "module"):
+                try:
+                    ms = ([measure_env_runner(name, config, quick)] if what == "env_runner"
+                          else measure_module(name, algo, config, quick))
+                except Exception as exc:  # noqa: BLE001 - recorded, and logged below
+                    ms = [WorkloadMeasurement(f"{what}:{name}", math.nan, math.nan, 0,
+                                              f"{type(exc).__name__}: {exc}")]
+                for m in ms:
+                    if m.samples == 0:
+                        log.warning("calibrate: %s not measured: %s", m.name, m.note)
+                    out[m.name] = m
+                    if progress is not None:
+                        progress(f"calibrate: {m.summary()}")
+    return out
+
+
+def default_workload_configs() -> dict[str, tuple[str, Any]]:
+    """Stock PPO, APPO and DQN configs on CartPole-v1 and on the 84x84x4 uint8 :class:`LargeObsEnv` with
+    the reference CNN (``conduit calibrate --workloads``); ``studies/validation.py`` passes the study's
+    own configs instead."""
+    from ray.rllib.algorithms.appo import APPOConfig
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from conduit.runtime.rllib.envs import LARGE_OBS_ENV, register_envs, uint8_cnn
+
+    register_envs()
+    out = {}
+    for algo, make in (("ppo", PPOConfig), ("appo", APPOConfig), ("dqn", DQNConfig)):
+        out[f"{algo}-cartpole"] = (algo, make().environment("CartPole-v1"))
+        large = make().environment(LARGE_OBS_ENV, env_config={"obs_shape": (84, 84, 4), "episode_len": 200})
+        out[f"{algo}-largeobs"] = (algo, uint8_cnn(large))
+    return out
+
+
+def workload_to_json(measurements: dict[str, WorkloadMeasurement]) -> dict[str, Any]:
+    """``{name: measurement dict}`` for the calibration JSON's ``"workload"`` entry."""
+    return {k: m.to_dict() for k, m in measurements.items()}

@@ -1,0 +1,547 @@
+"""Study: out-of-sample validation of the simulator against real RLlib runs on this machine.
+
+    python studies/validation.py [--calibration FILE] [--predict-only | --measured FILE] [--quick]
+        [--workloads NAME,...] [--sides stock,conduit] [--iters 9] [--warmup 1] [--out results/validation]
+
+1. **Calibrate** (microbenchmarks only): this machine's primitives (memcpy, shared memory, pickle, Ray's
+   object store: :func:`conduit.runtime.calibrate.measure_machine`) and the workload primitives of
+   ``studies/rllib_experience_path.py``'s own configs (EnvRunner sampling per step and per call, RLModule
+   update and value pass per sample, weight get/set: :func:`conduit.runtime.calibrate.measure_workload_primitives`),
+   written to ``OUT/calibration.json``; or read from ``--calibration FILE`` (then the prediction is a
+   pure function of that file and the code: rerun it with the same file and it prints the same numbers).
+   ``StockCosts`` come from ``benchmarks/stock_primitives.2core-vm.json`` (:func:`stock_costs_from_primitives`,
+   the field mapping of :data:`conduit.sim.params.STOCK_SOURCES`). No end-to-end figure feeds any parameter,
+   and the ``ref-*`` presets (which copy measured segments: in-sample) are not used.
+2. **Predict**: each workload of ``studies/rllib_experience_path.py`` (imported, not restated: its
+   :data:`WORKLOADS` build the RLlib configs, and :func:`sim_workload` reads the simulator's workload off
+   each config, field by field) is simulated on the topology written from the calibration
+   (:func:`conduit.runtime.calibrate.topology_yaml`), ``rllib-stock`` for the stock side and ``conduit`` for
+   the Conduit side, with a fixed seed.
+3. **Measure**: the same workloads run for real through that study's runner (each side in its own
+   interpreter, medians over ``--iters - --warmup`` iterations after warm-up); or ``--measured FILE`` reuses
+   a previous run's ``measured.json``; ``--predict-only`` skips this step.
+4. **Compare**: ``OUT/validation.json`` holds a list of ``{workload, side, metric, predicted, measured,
+   rel_error}`` for ``iteration_time_s``, ``exposed_experience_path_s`` and ``experience_share`` (measured:
+   the instrument's ``iteration_ms``, ``exposed_per_update_ms`` and ``experience_share``, the same
+   definitions as docs/metrics.md), the predicted and measured conduit/stock iteration ratios, the
+   targets (iteration within 15%, ratio within 0.10, exposed within 25%) with every miss listed, the
+   load average during the runs, and an external check: the published 8xA100 experience shares (26.2% PPO,
+   50.2% DQN) next to the ``dgx-a100`` default-preset prediction (not a fitting target). Also
+   ``OUT/validation.md`` (tables) and ``OUT/validation.png`` (predicted vs measured, log axes, y = x, +-15%).
+
+``--quick``: a quick calibration (small sizes, few repeats) and 4 real iterations (1 warm-up): a smoke run,
+not a validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+METRICS = ("iteration_time_s", "exposed_experience_path_s", "experience_share")
+#: simulator metric -> (instrument segment, scale to the simulator's unit)
+MEASURED_AS = {"iteration_time_s": ("iteration_ms", 1e-3), "exposed_experience_path_s": ("exposed_per_update_ms", 1e-3),
+               "experience_share": ("experience_share", 1.0)}
+SIM_POLICY = {"stock": "rllib-stock", "conduit": "conduit"}
+#: targets (issue 13): |rel_error| of iteration time and exposed latency, |ratio difference|
+TARGETS = {"iteration_time_s": 0.15, "exposed_experience_path_s": 0.25, "ratio": 0.10}
+#: the published 8xA100 experience shares, an external check only (shared/reference/rllib-2.60-stock-cpu.md)
+PUBLISHED_SHARES = {"ppo": 0.262, "dqn": 0.502}
+#: simulated learner updates per workload (the first tenth, at least one, is warm-up)
+SIM_ITERATIONS = {"ppo": 6, "appo": 120, "dqn": 300}
+SIM_SEED = 0
+DEFAULT_PRIMITIVES = ROOT / "benchmarks" / "stock_primitives.2core-vm.json"
+
+
+def experience_path_study() -> Any:
+    """``studies/rllib_experience_path.py``, loaded by path (studies are scripts, not a package)."""
+    name = "rllib_experience_path"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------------------
+# Costs from files
+# ------------------------------------------------------------------------------------------------
+def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
+    """:class:`~conduit.sim.params.StockCosts` from a ``benchmarks/stock_primitives.py`` JSON file, by the
+    field mapping of :data:`~conduit.sim.params.STOCK_SOURCES` (fields it does not map keep their defaults)."""
+    from conduit.sim.params import STOCK_SOURCES, StockCosts
+
+    data = json.loads(Path(path).read_text())
+    values = {}
+    for name, (key, _how) in STOCK_SOURCES.items():
+        if key not in data:
+            raise SystemExit(f"{path}: no field {key!r} (needed for StockCosts.{name})")
+        values[name] = float(data[key])
+    values["buffer_sample_per_call"] = float(data["buffer_sample_s"]) - 32 * float(data["buffer_sample_per_item_s"])
+    return replace(StockCosts(), **values)
+
+
+def _primitive(calibration: Mapping[str, Any], kind: str, key: str) -> dict[str, Any]:
+    entry = calibration.get("workload", {}).get(f"{kind}:{key}")
+    if not entry or not entry.get("samples"):
+        why = (entry or {}).get("note", "absent")
+        raise SystemExit(f"calibration: workload primitive {kind}:{key} is not measured ({why}); rerun the "
+                         f"calibration (studies/validation.py without --calibration)")
+    return entry
+
+
+# ------------------------------------------------------------------------------------------------
+# RLlib config -> simulator workload
+# ------------------------------------------------------------------------------------------------
+def primitive_key(algo: str, env: str) -> str:
+    """The calibration entry of a workload's primitives: one per algorithm and env."""
+    return f"{algo}-{env}"
+
+
+def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str, Any]], stock: Any) -> Any:
+    """The simulator's :class:`~conduit.sim.workload.Workload` for an RLlib 2.60 ``AlgorithmConfig``.
+
+    ``prims`` holds the calibration's ``env_runner``, ``learner_update``, ``value_pass`` (PPO) and
+    ``weights`` entries for this config's algorithm and env (``WorkloadMeasurement.to_dict()``:
+    ``per_item``, ``latency``, ``extra``); ``stock`` the :class:`StockCosts` (for the weight sync's RPCs).
+    Every field is read off the config or a primitive, never off a run:
+
+    - runners, envs per runner, learners (``num_learners=0``: one local learner), fragment
+      (``get_rollout_fragment_length``: PPO's ``"auto"`` is batch / (runners x envs), DQN's is ``n_step``);
+    - a vector step = ``envs`` x the EnvRunner's measured seconds per env step (env, exploration forward
+      pass, connectors: inference is inside it, so ``inference_time`` is 0), plus its per-``sample()``
+      cost as ``runner_call_overhead``; bytes per step and episode length as the sampled episodes had them;
+    - PPO: ``train_batch_size_per_learner``, ``num_epochs``; an update costs per sample per epoch the
+      module's measured update time, plus ``epochs x ceil(batch / minibatch)`` times its per-call cost;
+      the GAE value pass the measured ``compute_values`` time per sample;
+    - APPO (``algorithms/appo/appo.py: APPOConfig``): a batch of ``train_batch_size_per_learner`` steps
+      (``chunks_per_batch`` = batch / fragment), each batch trained ``circular_buffer_iterations_per_batch``
+      times (``max_reuse``), at most ``circular_buffer_num_batches`` batches buffered (``max_lag``),
+      ``broadcast_interval``;
+    - DQN (``algorithms/dqn/dqn.py: calculate_rr_weights``, ``_training_step_new_api_stack``):
+      ``replay_ratio`` = updates per round x ``total_train_batch_size`` / steps per round; ``min_size`` =
+      ``num_steps_sampled_before_learning_starts``; ``replay_capacity`` from ``replay_buffer_config``;
+    - weight sync = measured get/set of the module's state + two RPC round trips (learner -> driver,
+      driver -> runners, ``StockCosts.rpc_overhead``) + the state's bytes at ``serialize_bandwidth``.
+    """
+    from conduit.sim.workload import Workload
+
+    runner, update, weights = prims["env_runner"], prims["learner_update"], prims["weights"]
+    envs = int(cfg.num_envs_per_env_runner)
+    runners = max(1, int(cfg.num_env_runners))
+    learners = int(cfg.num_learners)
+    fragment = int(cfg.get_rollout_fragment_length(worker_index=1))
+    step_s = float(runner["per_item"])
+    episode = float(runner["extra"].get("episode_length") or math.nan)
+    if not math.isfinite(episode) or episode <= 0:
+        episode = float(fragment)
+    batch = int(cfg.train_batch_size_per_learner)
+    fields: dict[str, Any] = {
+        "name": name, "algorithm": algo, "env_runners": runners, "envs_per_runner": envs,
+        "fragment_length": fragment, "env_step_time": envs * step_s, "env_step_cv": 0.0, "inference_time": 0.0,
+        "runner_call_overhead": float(runner["latency"]),
+        "bytes_per_step": float(runner["extra"]["bytes_per_step"]), "episode_length": episode,
+        "learners": max(1, learners), "local_learner": learners == 0,
+        "update_time_per_sample": float(update["per_item"]),
+        "weight_sync_time": float(weights["latency"]) + 2 * stock.rpc_overhead
+        + float(weights["extra"].get("state_bytes", 0)) / stock.serialize_bandwidth,
+    }
+    if algo == "ppo":
+        minibatch = int(cfg.minibatch_size or batch)
+        fields.update(train_batch_per_learner=batch, epochs=int(cfg.num_epochs),
+                      update_overhead=int(cfg.num_epochs) * math.ceil(batch / minibatch) * float(update["latency"]),
+                      value_pass_per_sample=float(prims["value_pass"]["per_item"]))
+    elif algo == "appo":
+        fields.update(train_batch_per_learner=batch, chunks_per_batch=max(1, math.ceil(batch / (fragment * envs))),
+                      max_reuse=int(cfg.circular_buffer_iterations_per_batch),
+                      max_lag=int(cfg.circular_buffer_num_batches), broadcast_interval=int(cfg.broadcast_interval),
+                      update_overhead=float(update["latency"]))
+    elif algo == "dqn":
+        from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
+
+        store, train = calculate_rr_weights(cfg)
+        total = int(cfg.total_train_batch_size)
+        steps_per_round = store * fragment * envs * runners
+        fields.update(batch_size=total, replay_ratio=train * total / steps_per_round,
+                      min_size=int(cfg.num_steps_sampled_before_learning_starts),
+                      replay_capacity=int(cfg.replay_buffer_config.get("capacity", 50_000)),
+                      update_overhead=float(update["latency"]))
+    else:
+        raise ValueError(f"unknown algorithm {algo!r}")
+    return Workload(**fields).validate(f"studies/validation.py: {name}")
+
+
+def study_configs(study: Any, args: argparse.Namespace, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """``{workload name: (study Workload, RLlib config)}`` for the study's workloads (default ones, or ``names``)."""
+    known = {w.name: w for w in study.WORKLOADS}
+    chosen = [known[n] for n in names] if names else [w for w in study.WORKLOADS if w.default]
+    return {w.name: (w, w.build(args)) for w in chosen}
+
+
+def calibration_configs(configs: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """One config per (algorithm, env) to calibrate the primitives on: the first study workload of each."""
+    out: dict[str, tuple[str, Any]] = {}
+    for w, cfg in configs.values():
+        out.setdefault(primitive_key(w.algo, w.env), (w.algo, cfg))
+    return out
+
+
+def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, Any]:
+    """Measure this machine and the workload primitives; the calibration JSON as a dict."""
+    from conduit.runtime import calibrate as cal
+
+    ms = cal.measure_machine(quick=quick, ray=True, disk=False, progress=log,
+                             workloads=calibration_configs(configs))
+    return json.loads(cal.to_json(ms))
+
+
+def topology_from_calibration(calibration: Mapping[str, Any], name: str = "calibrated-validation"):
+    """The explicit-form topology that ``conduit calibrate`` writes, rebuilt from the calibration JSON."""
+    from conduit.runtime.calibrate import Measurement, Measurements, topology_yaml
+    from conduit.topology import topology_from_dict
+    from conduit.topology.yamlio import parse_yaml
+
+    ms = Measurements(host=dict(calibration["host"]))
+    for key, d in calibration["measurements"].items():
+        ms[key] = Measurement(d["name"], math.nan if d["bandwidth"] is None else d["bandwidth"],
+                              math.nan if d["latency"] is None else d["latency"], d["samples"], d.get("note", ""),
+                              list(d.get("sizes", [])), [math.nan if t is None else t for t in d.get("medians", [])])
+    text = topology_yaml(ms, name=name)
+    return topology_from_dict(parse_yaml(text, name), source=name), text
+
+
+# ------------------------------------------------------------------------------------------------
+# Predict
+# ------------------------------------------------------------------------------------------------
+def predict(workloads: Mapping[str, Any], topology: Any, stock: Any, sides: Sequence[str]) -> dict[tuple[str, str], dict]:
+    """``{(workload, side): {metric: value}}`` from one seeded simulation per workload and side."""
+    from conduit.sim.run import simulate
+
+    out = {}
+    for name, wl in workloads.items():
+        for side in sides:
+            result = simulate(topology, wl, SIM_POLICY[side], iterations=SIM_ITERATIONS[wl.algorithm], seed=SIM_SEED,
+                              stock_costs=stock)
+            m = result.metrics
+            out[(name, side)] = {k: float(m[k]) for k in METRICS}
+            out[(name, side)]["violations"] = int(result.audit.violations) if hasattr(result.audit, "violations") \
+                else len(getattr(result.audit, "items", []) or [])
+            out[(name, side)]["warnings"] = list(result.warnings)
+    return out
+
+
+def external_check(stock: Any) -> list[dict[str, Any]]:
+    """The ``dgx-a100`` default presets' stock experience share next to the published 8xA100 figure."""
+    from conduit.sim.run import simulate
+
+    rows = []
+    for algo, published in PUBLISHED_SHARES.items():
+        result = simulate("dgx-a100", algo, "rllib-stock", iterations=SIM_ITERATIONS[algo] if algo != "ppo" else 6,
+                          seed=SIM_SEED, stock_costs=stock)
+        share = float(result.metrics["experience_share"])
+        rows.append({"topology": "dgx-a100", "workload": algo, "policy": "rllib-stock", "predicted_share": share,
+                     "published_share": published, "rel_error": share / published - 1.0,
+                     "within_30pct": abs(share / published - 1.0) <= 0.30})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# Measure
+# ------------------------------------------------------------------------------------------------
+def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, warmup: int,
+            log=print) -> dict[tuple[str, str], dict]:
+    """Run each (workload, side) for real with the study's runner (own interpreter each); their medians."""
+    args = study.parse_args(["--iters", str(iters), "--warmup", str(warmup)])
+    known = {w.name: w for w in study.WORKLOADS}
+    rows: list[dict] = []
+    for name in names:
+        for side in sides:
+            t0 = time.time()
+            got = study.run_isolated(known[name], side, args)
+            log(f"  {name} [{side}]: {len(got)} iterations in {time.time() - t0:.0f} s, load average "
+                f"{os.getloadavg()[0]:.2f}")
+            rows.extend(got)
+    return {(m["workload"], m["side"]): m for m in study.medians(rows)}
+
+
+def measured_metrics(median: Mapping[str, Any]) -> dict[str, float]:
+    """The simulator's metrics from the instrument's medians (``MEASURED_AS``)."""
+    return {metric: float(median.get(key, math.nan)) * scale for metric, (key, scale) in MEASURED_AS.items()}
+
+
+# ------------------------------------------------------------------------------------------------
+# Compare
+# ------------------------------------------------------------------------------------------------
+def rel_error(predicted: float | None, measured: float | None) -> float | None:
+    """``(predicted - measured) / measured``; ``None`` when either is missing or not finite, or measured is 0."""
+    if predicted is None or measured is None:
+        return None
+    if not (math.isfinite(predicted) and math.isfinite(measured)) or measured == 0:
+        return None
+    return (predicted - measured) / measured
+
+
+def compare(predicted: Mapping[tuple[str, str], Mapping[str, float]],
+            measured: Mapping[tuple[str, str], Mapping[str, float]] | None) -> list[dict[str, Any]]:
+    """One row per (workload, side, metric): ``{workload, side, metric, predicted, measured, rel_error}``."""
+    rows = []
+    for (name, side), pred in predicted.items():
+        meas = (measured or {}).get((name, side))
+        for metric in METRICS:
+            p = pred[metric]
+            m = None if meas is None else meas.get(metric)
+            if m is not None and not math.isfinite(m):
+                m = None
+            rows.append({"workload": name, "side": side, "metric": metric, "predicted": p, "measured": m,
+                         "rel_error": rel_error(p, m)})
+    return rows
+
+
+def ratios(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """conduit/stock iteration-time ratio per workload, predicted and measured, and their difference."""
+    by = {(r["workload"], r["side"]): r for r in rows if r["metric"] == "iteration_time_s"}
+    out = []
+    for (name, side), r in by.items():
+        stock = by.get((name, "stock"))
+        if side != "conduit" or stock is None:
+            continue
+        pred = r["predicted"] / stock["predicted"] if stock["predicted"] else None
+        meas = (r["measured"] / stock["measured"]
+                if r["measured"] is not None and stock["measured"] else None)
+        diff = None if pred is None or meas is None else pred - meas
+        out.append({"workload": name, "predicted_ratio": pred, "measured_ratio": meas, "difference": diff,
+                    "within_target": None if diff is None else abs(diff) <= TARGETS["ratio"]})
+    return out
+
+
+def misses(rows: Sequence[Mapping[str, Any]], ratio_rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every target missed, in words."""
+    out = []
+    for r in rows:
+        limit = TARGETS.get(r["metric"])
+        if limit is None or r["measured"] is None:
+            continue
+        e = r["rel_error"]
+        if e is None:
+            out.append(f"{r['workload']} [{r['side']}] {r['metric']}: measured {r['measured']:.4g}, predicted "
+                       f"{r['predicted']:.4g}: no relative error (measured 0)")
+        elif abs(e) > limit:
+            out.append(f"{r['workload']} [{r['side']}] {r['metric']}: predicted {r['predicted']:.4g}, measured "
+                       f"{r['measured']:.4g}, error {e:+.1%} (target within {limit:.0%})")
+    for r in ratio_rows:
+        if r["within_target"] is False:
+            out.append(f"{r['workload']} conduit/stock iteration ratio: predicted {r['predicted_ratio']:.3f}, "
+                       f"measured {r['measured_ratio']:.3f}, difference {r['difference']:+.3f} (target within "
+                       f"{TARGETS['ratio']})")
+    return out
+
+
+def _f(x: Any, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The report as markdown tables."""
+    lines = ["# Simulator validation: predicted vs measured (out of sample)", "",
+             f"Machine: {report['machine']}; load average during the real runs: {report['load']}.",
+             (f"Calibration: {report['calibration_source']}; stock costs: {report['stock_costs_source']}; "
+              f"topology: {report['topology']}; simulator seed {SIM_SEED}."), "",
+             "| workload | side | metric | predicted | measured | error |", "|---|---|---|---:|---:|---:|"]
+    for r in report["rows"]:
+        pct = r["metric"] == "experience_share"
+        spec = ".2%" if pct else ".4g"
+        lines.append(f"| {r['workload']} | {r['side']} | {r['metric']} | {_f(r['predicted'], spec)} | "
+                     f"{_f(r['measured'], spec)} | {_f(r['rel_error'], '+.1%')} |")
+    lines += ["", "## conduit / stock iteration time", "", "| workload | predicted | measured | difference |",
+              "|---|---:|---:|---:|"]
+    for r in report["ratios"]:
+        lines.append(f"| {r['workload']} | {_f(r['predicted_ratio'], '.3f')} | {_f(r['measured_ratio'], '.3f')} | "
+                     f"{_f(r['difference'], '+.3f')} |")
+    lines += ["", "## Targets", "",
+              (f"iteration_time_s within {TARGETS['iteration_time_s']:.0%}, conduit/stock ratio within "
+               f"{TARGETS['ratio']}, exposed latency within {TARGETS['exposed_experience_path_s']:.0%}."), ""]
+    checked = any(r["measured"] is not None for r in report["rows"])
+    lines += ([f"- MISS: {m}" for m in report["misses"]] or ["- every target met"]) if checked else [
+        "- not checked: no measurements (--predict-only)"]
+    lines += ["", "## External check (not a fitting target): published 8xA100 experience share", "",
+              "| topology | workload | predicted (rllib-stock, default preset) | published | error |",
+              "|---|---|---:|---:|---:|"]
+    for r in report["external"]:
+        lines.append(f"| {r['topology']} | {r['workload']} | {r['predicted_share']:.1%} | {r['published_share']:.1%} | "
+                     f"{r['rel_error']:+.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> bool:
+    """Predicted vs measured on log axes with y = x and a +-15% band; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    pts = [r for r in rows if r["measured"] and r["predicted"] and r["measured"] > 0 and r["predicted"] > 0]
+    fig, ax = plt.subplots(figsize=(6.4, 6.0))
+    markers = {"iteration_time_s": "o", "exposed_experience_path_s": "s", "experience_share": "^"}
+    colours = {"stock": "tab:blue", "conduit": "tab:orange"}
+    for metric, marker in markers.items():
+        for side, colour in colours.items():
+            sel = [r for r in pts if r["metric"] == metric and r["side"] == side]
+            if sel:
+                ax.scatter([r["measured"] for r in sel], [r["predicted"] for r in sel], marker=marker, c=colour,
+                           label=f"{metric} [{side}]", alpha=0.8)
+    if pts:
+        lo = min(min(r["measured"], r["predicted"]) for r in pts) / 2
+        hi = max(max(r["measured"], r["predicted"]) for r in pts) * 2
+        xs = [lo, hi]
+        ax.plot(xs, xs, "k-", lw=1, label="y = x")
+        ax.fill_between(xs, [x * 0.85 for x in xs], [x * 1.15 for x in xs], color="grey", alpha=0.2, label="+-15%")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured (s, or share)")
+    ax.set_ylabel("predicted (s, or share)")
+    ax.set_title("Simulator vs real RLlib runs (this machine)")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------
+# Main
+# ------------------------------------------------------------------------------------------------
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calibration", type=Path, help="calibration JSON to use (default: measure, write OUT/calibration.json)")
+    p.add_argument("--stock-primitives", type=Path, default=DEFAULT_PRIMITIVES,
+                   help="benchmarks/stock_primitives.py output for StockCosts")
+    p.add_argument("--predict-only", action="store_true", help="predict only; no real runs")
+    p.add_argument("--measured", type=Path, help="reuse a previous run's OUT/measured.json instead of running")
+    p.add_argument("--quick", action="store_true", help="quick calibration and 4 real iterations (1 warm-up)")
+    p.add_argument("--workloads", default="", help="comma-separated study workloads (default: the study's defaults)")
+    p.add_argument("--sides", default="stock,conduit")
+    p.add_argument("--iters", type=int, default=9, help="real iterations per workload and side (with --warmup)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--out", type=Path, default=Path("results/validation"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.iters, args.warmup = min(args.iters, 4), 1
+    if args.iters - args.warmup < 1:
+        p.error("--iters must exceed --warmup")
+    if args.predict_only and args.measured:
+        p.error("--predict-only and --measured exclude each other")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    study = experience_path_study()
+    names = [n.strip() for n in args.workloads.split(",") if n.strip()] or None
+    known = {w.name for w in study.WORKLOADS}
+    if names and (bad := [n for n in names if n not in known]):
+        print(f"error: unknown workload(s) {', '.join(bad)}; known: {', '.join(sorted(known))}", file=sys.stderr)
+        return 2
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if bad := [s for s in sides if s not in SIM_POLICY]:
+        print(f"error: unknown side(s) {', '.join(bad)}; known: {', '.join(SIM_POLICY)}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    study_args = study.parse_args([])
+    configs = study_configs(study, study_args, names)
+    t0 = time.time()
+
+    if args.calibration:
+        calibration = json.loads(args.calibration.read_text())
+        source = str(args.calibration)
+    else:
+        print("calibrating (microbenchmarks: machine primitives and the workloads' primitives) ...", flush=True)
+        calibration = calibrate(configs, args.quick)
+        (args.out / "calibration.json").write_text(json.dumps(calibration, indent=1))
+        source = f"{args.out / 'calibration.json'} (measured now, {time.time() - t0:.0f} s)"
+    stock = stock_costs_from_primitives(args.stock_primitives)
+    topology, topo_text = topology_from_calibration(calibration)
+    (args.out / "topology.yaml").write_text(topo_text)
+
+    workloads = {}
+    for name, (w, cfg) in configs.items():
+        key = primitive_key(w.algo, w.env)
+        prims = {kind: _primitive(calibration, kind, key) for kind in ("env_runner", "learner_update", "weights")}
+        if w.algo == "ppo":
+            prims["value_pass"] = _primitive(calibration, "value_pass", key)
+        workloads[name] = sim_workload(name, w.algo, cfg, prims, stock)
+    print("predicting ...", flush=True)
+    predicted = predict(workloads, topology, stock, sides)
+    external = external_check(stock)
+
+    load_before = os.getloadavg()
+    measured = None
+    if args.measured:
+        data = json.loads(args.measured.read_text())
+        measured = {(m["workload"], m["side"]): measured_metrics(m) for m in data["medians"]}
+        load = data.get("load", "see the measured file")
+    elif not args.predict_only:
+        print(f"running for real: {len(workloads)} workloads x {len(sides)} sides, {args.iters} iterations "
+              f"({args.warmup} warm-up) each; load average now {load_before[0]:.2f}", flush=True)
+        meds = measure(study, list(workloads), sides, args.iters, args.warmup)
+        load_after = os.getloadavg()
+        load = (f"1-min {load_before[0]:.2f} before, {load_after[0]:.2f} after; 15-min {load_after[2]:.2f} "
+                f"on {os.cpu_count()} cores")
+        (args.out / "measured.json").write_text(json.dumps({"load": load, "iters": args.iters, "warmup": args.warmup,
+                                                            "medians": list(meds.values())}, indent=1, default=float))
+        measured = {k: measured_metrics(m) for k, m in meds.items()}
+    else:
+        load = f"no real runs (--predict-only); 1-min {load_before[0]:.2f} now"
+
+    rows = compare(predicted, measured)
+    ratio_rows = ratios(rows)
+    report = {
+        "machine": f"{os.uname().nodename}, {os.cpu_count()} cores",
+        "load": load,
+        "calibration_source": source,
+        "stock_costs_source": str(args.stock_primitives),
+        "topology": topology.name,
+        "workloads": {n: wl.to_dict() for n, wl in workloads.items()},
+        "rows": rows,
+        "ratios": ratio_rows,
+        "targets": TARGETS,
+        "misses": misses(rows, ratio_rows),
+        "external": external,
+        "sim": {f"{n}/{s}": {"violations": p["violations"], "warnings": p["warnings"]}
+                for (n, s), p in predicted.items()},
+        "wall_s": time.time() - t0,
+    }
+    (args.out / "validation.json").write_text(json.dumps(report, indent=1, default=float))
+    text = markdown(report)
+    (args.out / "validation.md").write_text(text)
+    drew = measured is not None and plot(rows, args.out / "validation.png")
+    print()
+    print(text)
+    if report["misses"]:
+        print(f"{len(report['misses'])} target(s) missed (listed above).")
+    print(f"written {args.out}/validation.json, validation.md" + (", validation.png" if drew else "")
+          + f"; {report['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
