@@ -202,10 +202,22 @@ def _deadline(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
+def enable_options(args) -> dict:
+    """``--enable-options`` (a JSON object) as keyword arguments of ``enable()`` (e.g. ``params_file``)."""
+    text = getattr(args, "enable_options", "") or ""
+    if not text:
+        return {}
+    options = json.loads(text)
+    if not isinstance(options, dict):
+        raise SystemExit(f"--enable-options must be a JSON object, got {text!r}")
+    return options
+
+
 def run_workload(w: Workload, side: str, args) -> list[dict]:
     from conduit.runtime.rllib.instrument import instrument, segments
 
-    cfg = SIDES[side](w.build(args))
+    options = enable_options(args) if side == "conduit" else {}
+    cfg = SIDES[side](w.build(args), **options)
     cfg = instrument(cfg)
     rows: list[dict] = []
     algo = None
@@ -409,6 +421,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dqn-steps", type=int, default=250, help="DQN env steps per iteration (stock: 1000)")
     p.add_argument("--workload-timeout", type=float, default=600.0, help="seconds per workload and side (0: none)")
     p.add_argument("--out", type=Path, default=Path("results/rllib_experience_path"))
+    p.add_argument("--enable-options", default="",
+                   help='JSON object of keyword arguments for enable() on the conduit side, e.g. '
+                        '\'{"params_file": "tuned.json"}\'')
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
     p.add_argument("--ray-logs", action="store_true", help="forward Ray worker logs to this terminal")
     p.add_argument("--quiet-summary", action="store_true", help=argparse.SUPPRESS)  # a child of run_isolated
@@ -440,7 +455,8 @@ def run_isolated(w: Workload, side: str, args) -> list[dict]:
         cmd = [sys.executable, os.path.abspath(__file__), "--workloads", w.name, "--sides", side,
                "--iters", str(args.iters), "--warmup", str(args.warmup), "--appo-iter-s", str(args.appo_iter_s),
                "--dqn-steps", str(args.dqn_steps), "--workload-timeout", str(args.workload_timeout),
-               "--out", tmp, "--quiet-summary"] + (["--ray-logs"] if args.ray_logs else [])
+               "--out", tmp, "--quiet-summary"] + (["--ray-logs"] if args.ray_logs else []) \
+            + (["--enable-options", args.enable_options] if getattr(args, "enable_options", "") else [])
         rc = subprocess.run(cmd, check=False).returncode
         path = Path(tmp) / "per_iteration.json"
         if rc != 0 or not path.exists():
