@@ -1,0 +1,278 @@
+"""``studies/validation.py`` and ``studies/tune_loop.py`` without real runs: the RLlib-config ->
+simulator-workload mapping (field by field, over generated configs), the report's schema and
+``rel_error`` arithmetic, and the ``--predict-only`` path (deterministic for a given calibration).
+The real runs are e2e (``tests/test_validation_e2e.py`` is not needed: the study itself is the run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conduit.sim.workload import WorkloadError
+
+pytest.importorskip("ray.rllib")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _study(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "studies" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+val = _study("validation")
+STOCK = val.stock_costs_from_primitives()
+
+
+def _prims(step=1e-3, call=2e-3, per_sample=50e-6, update_call=3e-3, value=10e-6, weights=1e-3,
+           nbytes=150.0, episode=25.0, state=270_000):
+    """Workload primitives in the calibration JSON's shape (``WorkloadMeasurement.to_dict()``)."""
+    def m(per_item, latency, extra=None):
+        return {"per_item": per_item, "latency": latency, "samples": 10, "extra": extra or {}}
+
+    return {"env_runner": m(step, call, {"bytes_per_step": nbytes, "episode_length": episode}),
+            "learner_update": m(per_sample, update_call), "value_pass": m(value, 0.0),
+            "weights": m(weights, weights, {"state_bytes": state})}
+
+
+times = st.floats(1e-6, 1e-2)
+
+
+# ---------------------------------------------------------------- the mapping, field by field
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runners=st.integers(1, 4), envs=st.integers(1, 4), learners=st.integers(0, 2),
+       per_runner=st.integers(8, 500), minibatch=st.integers(16, 256), epochs=st.integers(1, 30),
+       step=times, call=times, per_sample=times, update_call=times, value=times)
+def test_ppo_workload_matches_its_config_field_by_field(runners, envs, learners, per_runner, minibatch, epochs,
+                                                        step, call, per_sample, update_call, value):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    batch = per_runner * runners * envs
+    cfg = (PPOConfig().environment("CartPole-v1")
+           .env_runners(num_env_runners=runners, num_envs_per_env_runner=envs)
+           .learners(num_learners=learners)
+           .training(train_batch_size_per_learner=batch, minibatch_size=min(minibatch, batch), num_epochs=epochs))
+    prims = _prims(step=step, call=call, per_sample=per_sample, update_call=update_call, value=value)
+    fragment = cfg.get_rollout_fragment_length(worker_index=1)
+    if fragment * envs > batch:  # RLlib shards one runner's episodes across learners; the simulator cannot
+        with pytest.raises(Exception, match="train_batch_per_learner"):
+            val.sim_workload("w", "ppo", cfg, prims, STOCK)
+        return
+    wl = val.sim_workload("w", "ppo", cfg, prims, STOCK)
+    assert wl.algorithm == "ppo"
+    assert wl.env_runners == cfg.num_env_runners
+    assert wl.envs_per_runner == cfg.num_envs_per_env_runner
+    assert wl.fragment_length == fragment == per_runner * max(1, learners)  # "auto": total batch / runners x envs
+    assert wl.chunk_steps * runners == cfg.total_train_batch_size  # one round of sampling fills every batch
+    assert wl.learners == max(1, cfg.num_learners)
+    assert wl.local_learner == (cfg.num_learners == 0)
+    assert wl.train_batch_per_learner == cfg.train_batch_size_per_learner
+    assert wl.epochs == cfg.num_epochs
+    assert wl.env_step_time == pytest.approx(envs * step)  # a vector step of `envs` env steps
+    assert wl.inference_time == 0.0  # inside the EnvRunner's measured step
+    assert wl.runner_call_overhead == call
+    assert wl.update_time_per_sample == per_sample
+    assert wl.update_overhead == pytest.approx(epochs * math.ceil(batch / min(minibatch, batch)) * update_call)
+    assert wl.value_pass_per_sample == value
+    assert wl.bytes_per_step == prims["env_runner"]["extra"]["bytes_per_step"]
+    assert wl.weight_sync_time > prims["weights"]["latency"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runners=st.integers(1, 4), fragment=st.integers(10, 200), batches=st.integers(1, 8),
+       buffer=st.integers(1, 8), reuse=st.integers(1, 4), broadcast=st.integers(1, 2))
+def test_appo_workload_matches_its_config_field_by_field(runners, fragment, batches, buffer, reuse, broadcast):
+    from ray.rllib.algorithms.appo import APPOConfig
+
+    cfg = (APPOConfig().environment("CartPole-v1")
+           .env_runners(num_env_runners=runners, rollout_fragment_length=fragment)
+           .learners(num_learners=1)
+           .training(train_batch_size_per_learner=batches * fragment, circular_buffer_num_batches=buffer,
+                     circular_buffer_iterations_per_batch=reuse, broadcast_interval=broadcast))
+    if buffer < broadcast - 1:
+        return
+    wl = val.sim_workload("w", "appo", cfg, _prims(), STOCK)
+    assert wl.fragment_length == fragment
+    assert wl.env_runners == runners
+    assert wl.chunks_per_batch == batches  # batch / fragment
+    assert wl.max_reuse == cfg.circular_buffer_iterations_per_batch
+    assert wl.max_lag == cfg.circular_buffer_num_batches
+    assert wl.broadcast_interval == cfg.broadcast_interval
+    assert wl.train_batch_per_learner == cfg.train_batch_size_per_learner
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runners=st.integers(1, 3), batch=st.sampled_from([16, 32, 64]), starts=st.integers(0, 2000),
+       capacity=st.integers(5_000, 100_000), intensity=st.one_of(st.none(), st.sampled_from([32.0, 64.0, 256.0])))
+def test_dqn_workload_matches_its_config_field_by_field(runners, batch, starts, capacity, intensity):
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
+
+    cfg = (DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=runners)
+           .training(train_batch_size=batch, num_steps_sampled_before_learning_starts=starts,
+                     replay_buffer_config={"capacity": capacity}, training_intensity=intensity))
+    try:
+        wl = val.sim_workload("w", "dqn", cfg, _prims(), STOCK)
+    except WorkloadError as exc:  # a contract the simulator refuses is refused with the field named
+        assert "min_size" in str(exc) or "replay" in str(exc)
+        return
+    store, train = calculate_rr_weights(cfg)
+    assert wl.batch_size == cfg.total_train_batch_size == batch
+    assert wl.fragment_length == cfg.get_rollout_fragment_length() == 1  # DQN's "auto" is n_step
+    assert wl.replay_ratio == pytest.approx(train * batch / (store * runners))  # sampled per inserted step
+    assert wl.min_size == starts
+    assert wl.replay_capacity == capacity
+    assert wl.update_time_per_sample == _prims()["learner_update"]["per_item"]
+
+
+def test_every_default_study_workload_maps_and_keys_one_calibration_entry_per_algo_and_env():
+    study = val.experience_path_study()
+    configs = val.study_configs(study, study.parse_args([]))
+    assert set(configs) == {w.name for w in study.WORKLOADS if w.default}
+    keys = val.calibration_configs(configs)
+    assert set(keys) == {val.primitive_key(w.algo, w.env) for w, _ in configs.values()}
+    for name, (w, cfg) in configs.items():
+        wl = val.sim_workload(name, w.algo, cfg, _prims(), STOCK)
+        assert wl.algorithm == w.algo and wl.name == name
+
+
+# ---------------------------------------------------------------- the report's arithmetic and schema
+finite = st.floats(1e-6, 1e3)
+
+
+@given(p=finite, m=finite)
+def test_rel_error_is_predicted_over_measured_less_one(p, m):
+    assert val.rel_error(p, m) == pytest.approx(p / m - 1.0, rel=1e-9, abs=1e-12)
+    assert val.rel_error(m, m) == 0.0
+
+
+@given(p=st.one_of(st.none(), finite))
+def test_rel_error_is_none_without_a_usable_measurement(p):
+    assert val.rel_error(p, None) is None
+    assert val.rel_error(p, 0.0) is None
+    assert val.rel_error(p, math.nan) is None
+
+
+@given(pred=st.dictionaries(st.sampled_from(["a", "b"]), st.tuples(finite, finite, finite), min_size=1),
+       measure=st.booleans())
+def test_compare_rows_have_the_schema_and_ratios_divide_conduit_by_stock(pred, measure):
+    predicted, measured = {}, {}
+    for name, (s, c, e) in pred.items():
+        predicted[(name, "stock")] = {"iteration_time_s": s, "exposed_experience_path_s": e, "experience_share": e / s}
+        predicted[(name, "conduit")] = {"iteration_time_s": c, "exposed_experience_path_s": e / 2,
+                                        "experience_share": e / 2 / c}
+        measured[(name, "stock")] = {"iteration_time_s": 2 * s, "exposed_experience_path_s": e,
+                                     "experience_share": e / (2 * s)}
+        measured[(name, "conduit")] = {"iteration_time_s": c, "exposed_experience_path_s": 0.0,
+                                       "experience_share": 0.0}
+    rows = val.compare(predicted, measured if measure else None)
+    assert len(rows) == 2 * len(pred) * len(val.METRICS)
+    for r in rows:
+        assert set(r) == {"workload", "side", "metric", "predicted", "measured", "rel_error"}
+        if measure and r["measured"]:
+            assert r["rel_error"] == pytest.approx(r["predicted"] / r["measured"] - 1.0)
+        else:
+            assert r["rel_error"] is None
+    for r in val.ratios(rows):
+        s, c, _ = pred[r["workload"]]
+        assert r["predicted_ratio"] == pytest.approx(c / s)
+        if measure:
+            assert r["measured_ratio"] == pytest.approx(c / (2 * s))
+            assert r["difference"] == pytest.approx(c / s - c / (2 * s))
+            assert r["within_target"] == (abs(r["difference"]) <= val.TARGETS["ratio"])
+        else:
+            assert r["measured_ratio"] is None and r["within_target"] is None
+    missed = val.misses(rows, val.ratios(rows))
+    if measure:  # stock iteration is predicted at half the measured one: -50%, always a miss
+        assert sum("stock] iteration_time_s" in m for m in missed) == len(pred)
+    else:
+        assert missed == []
+
+
+def test_measured_metrics_take_the_instrument_fields_in_seconds():
+    got = val.measured_metrics({"iteration_ms": 1500.0, "exposed_per_update_ms": 30.0, "experience_share": 0.02})
+    assert got == {"iteration_time_s": 1.5, "exposed_experience_path_s": 0.03, "experience_share": 0.02}
+
+
+def test_stock_costs_come_from_the_primitives_file():
+    data = json.loads(val.DEFAULT_PRIMITIVES.read_text())
+    assert STOCK.rpc_overhead == data["rpc_round_trip_s"]
+    assert STOCK.put_per_call == data["put_latency_s"]
+    assert STOCK.buffer_sample_per_call == pytest.approx(data["buffer_sample_s"] - 32 * data["buffer_sample_per_item_s"])
+
+
+# ---------------------------------------------------------------- --predict-only, deterministic
+def _calibration() -> dict:
+    """A calibration JSON in ``conduit calibrate``'s shape, with plausible figures for this kind of VM."""
+    def machine(name, bw, lat):
+        return {"name": name, "bandwidth": bw, "latency": lat, "samples": 10, "note": "test", "sizes": [4096, 1 << 20],
+                "medians": [lat + 4096 / bw, lat + (1 << 20) / bw]}
+
+    ms = {"memcpy": machine("memcpy", 10e9, 1e-6), "shm": machine("shm", 4e9, 2e-6),
+          "pickle": machine("pickle", 3e9, 30e-6), "object_store_put": machine("object_store_put", 1.5e9, 1e-3),
+          "object_store_get": machine("object_store_get", 20e9, 0.25e-3)}
+    wl = {}
+    for key, step, per_sample, value, nbytes, episode in (
+            ("ppo-cartpole", 0.8e-3, 35e-6, 7e-6, 150.0, 23.0), ("ppo-largeobs", 1.4e-3, 0.8e-3, 0.5e-3, 36e3, 200.0),
+            ("appo-cartpole", 0.8e-3, 35e-6, 7e-6, 150.0, 23.0), ("appo-largeobs", 1.4e-3, 0.8e-3, 0.5e-3, 36e3, 200.0),
+            ("dqn-cartpole", 0.8e-3, 40e-6, 0.0, 130.0, 23.0)):
+        p = _prims(step=step, call=1e-3, per_sample=per_sample, value=value, nbytes=nbytes, episode=episode)
+        for kind, entry in p.items():
+            wl[f"{kind}:{key}"] = {"name": f"{kind}:{key}", **entry}
+    return {"host": {"hostname": "test", "cores": 2, "dram_capacity": 24 << 30, "mode": "full"},
+            "measurements": ms, "workload": wl}
+
+
+def test_predict_only_writes_the_report_and_is_deterministic(tmp_path):
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps(_calibration()))
+    outs = []
+    for run in ("a", "b"):
+        out = tmp_path / run
+        assert val.main(["--predict-only", "--calibration", str(cal), "--out", str(out),
+                         "--workloads", "ppo-cartpole-2r-local,dqn-cartpole-1r"]) == 0
+        outs.append(json.loads((out / "validation.json").read_text()))
+        assert (out / "validation.md").read_text().startswith("# Simulator validation")
+        assert (out / "topology.yaml").exists()
+    a, b = outs
+    assert a["rows"] == b["rows"]  # the prediction is a pure function of the calibration
+    assert {(r["workload"], r["side"], r["metric"]) for r in a["rows"]} == {
+        (w, s, m) for w in ("ppo-cartpole-2r-local", "dqn-cartpole-1r") for s in ("stock", "conduit")
+        for m in val.METRICS}
+    assert all(r["measured"] is None and r["rel_error"] is None and r["predicted"] >= 0 for r in a["rows"])
+    assert a["misses"] == []
+    assert {r["workload"] for r in a["external"]} == {"ppo", "dqn"}
+    assert all(r["published_share"] == val.PUBLISHED_SHARES[r["workload"]] for r in a["external"])
+    assert a["workloads"]["ppo-cartpole-2r-local"]["local_learner"] is True
+    assert "ref-" not in json.dumps(a["workloads"])  # the in-sample presets are not used
+
+
+def test_tune_loop_explains_each_changed_parameter():
+    tl = _study("tune_loop")
+    wl = val.sim_workload("ppo-largeobs", "ppo", _study("validation").study_configs(
+        val.experience_path_study(), val.experience_path_study().parse_args([]), ["ppo-largeobs-1r-1l"])[
+        "ppo-largeobs-1r-1l"][1], _prims(nbytes=36e3, episode=200.0), STOCK)
+    default = {"target_chunk_bytes": 8e6, "depth": 2, "granularity": 1, "headroom": 0.05}
+    tuned = {**default, "target_chunk_bytes": 1e6, "depth": 3}
+    rows = tl.mechanisms(wl, default, tuned)
+    assert [r["parameter"] for r in rows] == ["depth", "target_chunk_bytes"]
+    assert not any(r["honoured_by_runtime"] for r in rows)
+    assert "9 piece(s) with the defaults, 72 tuned" in rows[1]["simulator"]
+    text = tl.verdict(1.2, 1.0, rows)
+    assert text.startswith("NOT confirmed") and "target_chunk_bytes" in text
+    assert tl.verdict(1.2, 1.2, rows).startswith("confirmed")
+    assert "nothing to confirm" in tl.verdict(1.0, None, [])
