@@ -25,6 +25,12 @@ Every field, its unit, default, preset values and plausible range: ``docs/worklo
 Presets (:data:`PRESETS`) cover Atari-like ``ppo``/``appo``/``dqn``, ``ppo-mujoco`` and ``grpo-llm``,
 plus ``ref-*`` workloads that restate the reference measurements' runs. Users add their own in YAML:
 ``base: ppo`` plus the fields to change.
+
+The ``ref-*`` presets are **in-sample**: their sampling, update, value-pass and weight-sync figures are
+copied from the measured segments of ``shared/reference/rllib-2.60-stock-cpu.md``, so a simulation of
+them can only check that the simulator executes the copied figures (:mod:`conduit.sim.calibration`),
+never validate it. Out-of-sample validation (``studies/validation.py``) builds its workloads from the
+real RLlib configs and microbenchmarked primitives (``conduit calibrate --workloads``) and never uses them.
 """
 
 from __future__ import annotations
@@ -319,6 +325,8 @@ PRESETS: dict[str, Workload] = {
         weight_sync_time=0.5,
     ),
     # The reference runs (shared/reference/rllib-2.60-stock-cpu.md) on the 2-core VM, CPU learner.
+    # IN-SAMPLE: these copy measured segments of those runs (see the module docstring); never use them
+    # to validate the simulator (studies/validation.py does not).
     "ref-ppo-atari": Workload(
         name="ref-ppo-atari",
         algorithm="ppo",
