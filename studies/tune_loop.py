@@ -141,6 +141,10 @@ def verdict(predicted_gain: float | None, measured_gain: float | None, mechs: Se
         return "the search found nothing better than the defaults: nothing to confirm"
     if measured_gain is None:
         return f"predicted gain {predicted_gain:.3f}x; no real run (--predict-only)"
+    if predicted_gain < 1.0 + noise:
+        return (f"the predicted gain ({predicted_gain:.3f}x) is below the {noise:.0%} run-to-run noise of this shared "
+                f"machine, so the real run ({measured_gain:.3f}x measured) can neither confirm nor refute it: on this "
+                f"workload the simulator itself says the conduit policy's parameters hardly matter.")
     ignored = [r["parameter"] for r in mechs if not r["honoured_by_runtime"]]
     why = (f" The runtime does not implement what the simulator credits to {', '.join(ignored)} (table below): "
            f"the prediction rests on a mechanism the deployed runtime lacks." if ignored else

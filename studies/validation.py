@@ -97,12 +97,27 @@ def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
     return replace(StockCosts(), **values)
 
 
-def _primitive(calibration: Mapping[str, Any], kind: str, key: str) -> dict[str, Any]:
+def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str = "cpu") -> dict[str, Any]:
+    """A workload primitive of the calibration. ``clock="cpu"`` (the default): as measured, in process CPU
+    time; ``"wall"``: refitted from the same sweep's wall-clock medians (what the primitive took on the
+    machine as loaded during the calibration)."""
     entry = calibration.get("workload", {}).get(f"{kind}:{key}")
     if not entry or not entry.get("samples"):
         why = (entry or {}).get("note", "absent")
         raise SystemExit(f"calibration: workload primitive {kind}:{key} is not measured ({why}); rerun the "
                          f"calibration (studies/validation.py without --calibration)")
+    if clock == "wall":
+        from conduit.runtime.calibrate import fit_latency_bandwidth
+
+        wall = entry.get("extra", {}).get("wall_medians")
+        if not wall:
+            raise SystemExit(f"calibration: {kind}:{key} has no wall-clock medians (--clock wall)")
+        entry = dict(entry)
+        if kind == "weights":
+            entry["latency"] = entry["per_item"] = float(wall[0])
+        else:
+            lat, rate, _ = fit_latency_bandwidth(entry["sizes"], wall)
+            entry["latency"], entry["per_item"] = lat, 1.0 / rate
     return entry
 
 
@@ -360,7 +375,8 @@ def markdown(report: Mapping[str, Any]) -> str:
     """The report as markdown tables."""
     lines = ["# Simulator validation: predicted vs measured (out of sample)", "",
              f"Machine: {report['machine']}; load average during the real runs: {report['load']}.",
-             (f"Calibration: {report['calibration_source']}; stock costs: {report['stock_costs_source']}; "
+             (f"Calibration: {report['calibration_source']} (workload primitives in {report['clock']} time); "
+              f"stock costs: {report['stock_costs_source']}; "
               f"topology: {report['topology']}; simulator seed {SIM_SEED}."), "",
              "| workload | side | metric | predicted | measured | error |", "|---|---|---|---:|---:|---:|"]
     for r in report["rows"]:
@@ -438,6 +454,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--predict-only", action="store_true", help="predict only; no real runs")
     p.add_argument("--measured", type=Path, help="reuse a previous run's OUT/measured.json instead of running")
     p.add_argument("--quick", action="store_true", help="quick calibration and 4 real iterations (1 warm-up)")
+    p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="workload primitives in process CPU time (default) or refitted from their wall-clock "
+                        "medians (the machine as loaded during the calibration)")
     p.add_argument("--workloads", default="", help="comma-separated study workloads (default: the study's defaults)")
     p.add_argument("--sides", default="stock,conduit")
     p.add_argument("--iters", type=int, default=9, help="real iterations per workload and side (with --warmup)")
@@ -485,9 +504,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads = {}
     for name, (w, cfg) in configs.items():
         key = primitive_key(w.algo, w.env)
-        prims = {kind: _primitive(calibration, kind, key) for kind in ("env_runner", "learner_update", "weights")}
-        if w.algo == "ppo":
-            prims["value_pass"] = _primitive(calibration, "value_pass", key)
+        kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
+        prims = {kind: _primitive(calibration, kind, key, args.clock) for kind in kinds}
         workloads[name] = sim_workload(name, w.algo, cfg, prims, stock)
     print("predicting ...", flush=True)
     predicted = predict(workloads, topology, stock, sides)
@@ -519,6 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load": load,
         "calibration_source": source,
         "stock_costs_source": str(args.stock_primitives),
+        "clock": args.clock,
         "topology": topology.name,
         "workloads": {n: wl.to_dict() for n, wl in workloads.items()},
         "rows": rows,
