@@ -1,0 +1,73 @@
+"""``conduit calibrate``'s workload primitives (:func:`conduit.runtime.calibrate.measure_workload_primitives`):
+the per-item sweep and its fit, the JSON they are written as, and one real (quick) measurement of a
+CartPole PPO config's EnvRunner and RLModule."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conduit.runtime import calibrate as cal
+
+
+@settings(max_examples=5, deadline=None)
+@given(per_item=st.integers(1, 8), fixed=st.integers(0, 64))
+def test_item_sweep_fits_per_call_and_per_item_cost_of_work(per_item, fixed):
+    """Work whose CPU cost is ``fixed + n * per_item`` units: the fit's rate and latency keep that ratio."""
+    def spin(units: int) -> None:
+        x = 0
+        for i in range(units * 500):
+            x += i
+
+    m = cal._item_sweep("spin", "steps", lambda n: spin(fixed + n * per_item), [4, 16, 64], 0.0, 3, 3, "test")
+    assert m.ok and m.unit == "steps" and m.samples == 9
+    assert len(m.medians) == 3 and len(m.extra["wall_medians"]) == 3
+    unit_s = m.per_item / per_item  # seconds per unit of work, from the slope
+    assert unit_s > 0
+    # the intercept is the fixed work (noisy on a shared machine: within half the largest point's time)
+    assert m.latency == pytest.approx(fixed * unit_s, abs=0.5 * m.medians[-1])
+
+
+def test_workload_measurement_json_round_trips_and_says_when_not_measured():
+    ok = cal.WorkloadMeasurement("env_runner:x", 1000.0, 2e-3, 9, "note", [4, 16], [0.006, 0.018],
+                                 unit="steps", extra={"bytes_per_step": 150.0})
+    d = json.loads(json.dumps(ok.to_dict()))
+    assert d["per_item"] == pytest.approx(1e-3) and d["latency"] == 2e-3 and d["unit"] == "steps"
+    assert d["extra"]["bytes_per_step"] == 150.0
+    bad = cal.WorkloadMeasurement("learner_update:x", math.nan, math.nan, 0, "TypeError: no")
+    assert not bad.ok and "not measured" in bad.summary()
+    assert json.loads(json.dumps(bad.to_dict()))["per_item"] is None
+
+
+def test_to_json_carries_the_workload_primitives_next_to_the_machine():
+    ms = cal.Measurements(host={"cores": 2})
+    ms["memcpy"] = cal.Measurement("memcpy", 1e10, 1e-6, 3)
+    ms.workload = {"weights:x": cal.WorkloadMeasurement("weights:x", 1000.0, 1e-3, 3, unit="calls")}
+    data = json.loads(cal.to_json(ms))
+    assert set(data) == {"host", "measurements", "workload"}
+    assert data["workload"]["weights:x"]["latency"] == 1e-3
+    assert "workload" not in json.loads(cal.to_json(cal.Measurements(host={})))
+
+
+def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
+    pytest.importorskip("ray.rllib")
+    import torch
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    threads = torch.get_num_threads()
+    out = cal.measure_workload_primitives({"ppo-cartpole": ("ppo", PPOConfig().environment("CartPole-v1"))},
+                                          quick=True)
+    assert torch.get_num_threads() == threads  # restored
+    assert set(out) == {"env_runner:ppo-cartpole", "learner_update:ppo-cartpole", "value_pass:ppo-cartpole",
+                        "weights:ppo-cartpole"}
+    assert all(m.ok for m in out.values()), {k: m.note for k, m in out.items()}
+    runner = out["env_runner:ppo-cartpole"]
+    assert runner.unit == "steps" and runner.per_item > 0
+    # CartPole: 4 float32 observations and a few scalars per step; a random policy's episodes are short
+    assert 16 < runner.extra["bytes_per_step"] < 4096
+    assert runner.extra["episodes_done"] == 0 or 8 <= runner.extra["episode_length"] <= 500
+    assert out["weights:ppo-cartpole"].extra["state_bytes"] > 0
