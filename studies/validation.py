@@ -30,7 +30,15 @@
    ``OUT/validation.md`` (tables) and ``OUT/validation.png`` (predicted vs measured, log axes, y = x, +-15%).
 
 ``--quick``: a quick calibration (small sizes, few repeats) and 4 real iterations (1 warm-up): a smoke run,
-not a validation.
+not a validation. ``--clock wall`` predicts from the primitives' wall-clock medians instead of their process
+CPU time (what they cost on the machine as loaded during the calibration: a shared machine's load inflates
+the real runs, not the CPU-time primitives).
+
+Known limits of the comparison (reported, not corrected): the study's local-learner workloads
+(``ppo-cartpole-2r-local``, ``dqn-cartpole-1r``) train in the driver process, where torch keeps its default
+thread count (Ray sets ``OMP_NUM_THREADS=1`` only in its workers), while the calibration times one thread;
+APPO's measured ``iteration_ms`` is the period of ``Learner.update`` calls (one per package), while the
+simulator's update is one training step on a batch.
 """
 
 from __future__ import annotations
