@@ -304,7 +304,12 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
 
 
 def measured_metrics(median: Mapping[str, Any]) -> dict[str, float]:
-    """The simulator's metrics from the instrument's medians (``MEASURED_AS``)."""
+    """The simulator's metrics from the instrument's medians (``MEASURED_AS``). A run whose median
+    iteration saw no learner update (``num_updates`` 0: the instrument's ``iteration_ms`` then falls back
+    to the ``train()`` wall time, e.g. APPO's fixed ``min_time_s_per_iteration`` when the learner never got a
+    batch in the window) measured none of them: NaN, reported as missing."""
+    if float(median.get("num_updates", 1.0)) == 0.0:
+        return {metric: math.nan for metric in MEASURED_AS}
     return {metric: float(median.get(key, math.nan)) * scale for metric, (key, scale) in MEASURED_AS.items()}
 
 

@@ -206,6 +206,10 @@ def test_compare_rows_have_the_schema_and_ratios_divide_conduit_by_stock(pred, m
 def test_measured_metrics_take_the_instrument_fields_in_seconds():
     got = val.measured_metrics({"iteration_ms": 1500.0, "exposed_per_update_ms": 30.0, "experience_share": 0.02})
     assert got == {"iteration_time_s": 1.5, "exposed_experience_path_s": 0.03, "experience_share": 0.02}
+    none = val.measured_metrics({"iteration_ms": 5000.0, "exposed_per_update_ms": 0.0, "num_updates": 0.0})
+    assert all(math.isnan(v) for v in none.values())  # no update in the window: nothing was measured
+    rows = val.compare({("w", "stock"): dict(got)}, {("w", "stock"): none})
+    assert all(r["measured"] is None and r["rel_error"] is None for r in rows)
 
 
 def test_stock_costs_come_from_the_primitives_file():
