@@ -406,8 +406,11 @@ def markdown(report: Mapping[str, Any]) -> str:
               (f"iteration_time_s within {TARGETS['iteration_time_s']:.0%}, conduit/stock ratio within "
                f"{TARGETS['ratio']}, exposed latency within {TARGETS['exposed_experience_path_s']:.0%}."), ""]
     checked = any(r["measured"] is not None for r in report["rows"])
-    lines += ([f"- MISS: {m}" for m in report["misses"]] or ["- every target met"]) if checked else [
+    lines += ([f"- MISS: {m}" for m in report["misses"]] or ["- every measured target met"]) if checked else [
         "- not checked: no measurements (--predict-only)"]
+    if checked:
+        lines += [f"- NOT MEASURED: {w} [{s}] {m} (the real run gave no value)" for w, s, m in
+                  sorted({(r["workload"], r["side"], r["metric"]) for r in report["rows"] if r["measured"] is None})]
     lines += ["", "## External check (not a fitting target): published 8xA100 experience share", "",
               "| topology | workload | predicted (rllib-stock, default preset) | published | error |",
               "|---|---|---:|---:|---:|"]
