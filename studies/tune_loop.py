@@ -141,11 +141,18 @@ def verdict(predicted_gain: float | None, measured_gain: float | None, mechs: Se
         return "the search found nothing better than the defaults: nothing to confirm"
     if measured_gain is None:
         return f"predicted gain {predicted_gain:.3f}x; no real run (--predict-only)"
+    ignored = [r["parameter"] for r in mechs if not r["honoured_by_runtime"]]
+    if predicted_gain < 1.0 + noise and measured_gain < 1.0 - noise:
+        return (f"NOT confirmed: the simulator predicted a gain ({predicted_gain:.3f}x) below the {noise:.0%} noise "
+                f"floor, and the real run measured the tuned parameters SLOWER ({measured_gain:.3f}x). "
+                + (f"The runtime does not implement what the simulator credits to {', '.join(ignored)} (table below); "
+                   if ignored else "")
+                + "on a loaded shared machine repeat runs differ by more than the floor, so rerun quietly before "
+                  "reading it as a loss.")
     if predicted_gain < 1.0 + noise:
         return (f"the predicted gain ({predicted_gain:.3f}x) is below the {noise:.0%} run-to-run noise of this shared "
                 f"machine, so the real run ({measured_gain:.3f}x measured) can neither confirm nor refute it: on this "
                 f"workload the simulator itself says the conduit policy's parameters hardly matter.")
-    ignored = [r["parameter"] for r in mechs if not r["honoured_by_runtime"]]
     why = (f" The runtime does not implement what the simulator credits to {', '.join(ignored)} (table below): "
            f"the prediction rests on a mechanism the deployed runtime lacks." if ignored else
            " Every changed parameter is honoured by the runtime; the gap is the model's error on this workload.")
@@ -167,11 +174,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=9)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("results/tune_loop"))
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite OUT/tune_loop.md (and the verdict) from OUT/tune_loop.json; no simulation, no run")
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report_only:
+        report = json.loads((args.out / "tune_loop.json").read_text())
+        report["verdict"] = verdict(report["predicted"]["gain"], report["measured"].get("gain"), report["mechanisms"])
+        (args.out / "tune_loop.json").write_text(json.dumps(report, indent=1, default=float))
+        (args.out / "tune_loop.md").write_text(markdown(report))
+        print(markdown(report))
+        return 0
     val = _validation()
     study = val.experience_path_study()
     known = {w.name: w for w in study.WORKLOADS}

@@ -279,4 +279,7 @@ def test_tune_loop_explains_each_changed_parameter():
     text = tl.verdict(1.2, 1.0, rows)
     assert text.startswith("NOT confirmed") and "target_chunk_bytes" in text
     assert tl.verdict(1.2, 1.2, rows).startswith("confirmed")
+    assert "neither confirm nor refute" in tl.verdict(1.01, 1.02, rows)
+    slower = tl.verdict(1.01, 0.8, rows)
+    assert slower.startswith("NOT confirmed") and "SLOWER" in slower and "target_chunk_bytes" in slower
     assert "nothing to confirm" in tl.verdict(1.0, None, [])
