@@ -38,7 +38,9 @@ Known limits of the comparison (reported, not corrected): the study's local-lear
 (``ppo-cartpole-2r-local``, ``dqn-cartpole-1r``) train in the driver process, where torch keeps its default
 thread count (Ray sets ``OMP_NUM_THREADS=1`` only in its workers), while the calibration times one thread;
 APPO's measured ``iteration_ms`` is the period of ``Learner.update`` calls (one per package), while the
-simulator's update is one training step on a batch.
+simulator's update is one training step on a batch. On 2026-12-04 the study's APPO workloads sampled no env
+step and trained no batch in any 5 s iteration, on both sides, and so did a plain ``APPOConfig`` on CartPole
+with the same resources outside the study (Ray ``num_cpus`` 2 or 3): they are reported as not measured.
 """
 
 from __future__ import annotations
