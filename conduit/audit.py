@@ -100,9 +100,10 @@ stream. Exactly:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -599,6 +600,11 @@ class Auditor:
                 self._repeats(st, idx, n, seen, update, t)
             if tracked:
                 self._use(st, idx, n, update, t)
+        self._delivered_tail(update, total, nbytes, t, checksums)
+
+    def _delivered_tail(self, update: int, total: int, nbytes: float, t: float,
+                        checksums: Mapping[Hashable, int] | None) -> None:
+        """What a delivery counts once its selections are checked: totals, checksums, rate, capacity."""
         self._delivered_samples += total
         self._delivered_bytes += nbytes
         if checksums:
@@ -641,6 +647,63 @@ class Auditor:
             self._drawn_samples += n
             if n and (st.removed or st.n_dropped):
                 self._deliver_gone(st, idx, n, f"the sampler drew them at t={t:g}")
+
+    # --- whole draws at once (Replay batches) --------------------------------------------------
+
+    def _clean_runs(self, chunk_ids: Sequence[Hashable], counts: np.ndarray, rows: np.ndarray) -> bool:
+        """Whether the runs (see :meth:`drawn_runs`) name only live samples: every chunk known, not
+        removed, none of its samples dropped, every row in range. Then neither a draw nor (under
+        Replay) a delivery of them can count a violation, and the totals are all that change. Reads
+        every run's chunk state with C-level maps and the rows with numpy reductions: no Python loop
+        per run or per sample."""
+        sts = list(map(self._chunks.get, chunk_ids))
+        if None in sts:
+            return False
+        if any(map(_REMOVED, sts)) or any(map(_N_DROPPED, sts)):
+            return False
+        if not rows.size:
+            return True
+        if int(rows.min()) < 0:
+            return False
+        steps = np.fromiter(map(_STEPS, sts), np.int64, len(sts))
+        return bool((rows < np.repeat(steps, counts)).all())
+
+    def drawn_runs(self, chunk_ids: Sequence[Hashable], counts: Any, rows: Any, t: float) -> None:
+        """A Replay draw given as runs: the ``i``-th run is ``counts[i]`` rows of chunk ``chunk_ids[i]``,
+        the rows being the next ``counts[i]`` entries of ``rows`` (integers). The same event as
+        ``drawn([(chunk_ids[i], rows[run i]) ...], t)``, with the same report, but a draw of live
+        samples (the normal case) is checked with a few numpy reductions instead of per-chunk Python:
+        anything else (an unknown chunk, a row out of range, a sample gone or dropped) is handed to
+        :meth:`drawn`, so every violation is counted and worded exactly as there."""
+        self._check_open()
+        counts, rows = _runs(chunk_ids, counts, rows)
+        if not self._clean_runs(chunk_ids, counts, rows):
+            self.drawn(runs_to_selections(chunk_ids, counts, rows), t)
+            return
+        self._t = t
+        self._drawn_samples += int(rows.size)
+
+    def delivered_runs(self, update: int, chunk_ids: Sequence[Hashable], counts: Any, rows: Any, t: float,
+                       checksums: Mapping[Hashable, int] | None = None) -> None:
+        """A delivery given as runs (see :meth:`drawn_runs`): the same event as :meth:`delivered` with the
+        selections the runs spell, and the same report. Under Replay (no per-sample use counts, repeats
+        allowed, every version admitted) a delivery of live samples is counted with numpy sums;
+        any other contract, or any run that would count a violation, goes through :meth:`delivered`."""
+        self._check_open()
+        counts, rows = _runs(chunk_ids, counts, rows)
+        if self._replay is None or self._tracked or self._no_repeats or not self._clean_runs(chunk_ids, counts, rows):
+            self.delivered(update, runs_to_selections(chunk_ids, counts, rows), t, checksums)
+            return
+        self._t = t
+        self._deliveries += 1
+        nbytes = 0.0
+        if len(counts):  # summed left to right, as delivered() does, so the float total is the same
+            per_step = np.fromiter(map(_BYTES_PER_STEP, map(self._chunks.__getitem__, chunk_ids)), np.float64,
+                                   len(counts))
+            part = counts * per_step
+            part[counts == 0] = 0.0  # delivered() skips an empty selection (whatever its bytes per step)
+            nbytes = float(np.cumsum(part)[-1])
+        self._delivered_tail(update, int(rows.size), nbytes, t, checksums)
 
     def _unknown_chunk(self, cid: Hashable, indices: Any, when: str) -> None:
         """Samples of a chunk the auditor does not know were used (``when``: drawn, or delivered)."""
@@ -1148,6 +1211,33 @@ class Auditor:
     def occupancy(self, tier: str) -> int:
         """Bytes the event stream says ``tier`` holds now."""
         return self._occupancy.get(tier, 0)
+
+
+_REMOVED = attrgetter("removed")
+_N_DROPPED = attrgetter("n_dropped")
+_STEPS = attrgetter("steps")
+_BYTES_PER_STEP = attrgetter("bytes_per_step")
+
+
+def _runs(chunk_ids: Sequence[Hashable], counts: Any, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Check and normalise a draw's runs: ``counts`` non-negative, one per chunk id, summing to the rows."""
+    counts = np.asarray(counts, np.int64).reshape(-1)
+    rows = np.asarray(rows)
+    if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
+        raise ConduitError(f"auditor: a draw's rows must be a 1-D integer array, got {rows.dtype} {rows.shape}")
+    rows = rows.astype(np.intp, copy=False)
+    if len(counts) != len(chunk_ids) or int(counts.sum()) != rows.size or (counts < 0).any():
+        raise ConduitError(f"auditor: {len(chunk_ids)} chunk ids, {len(counts)} run counts (sum "
+                           f"{int(counts.sum())}) and {rows.size} rows do not spell a draw")
+    return counts, rows
+
+
+def runs_to_selections(chunk_ids: Sequence[Hashable], counts: Any, rows: Any) -> list[tuple[Hashable, np.ndarray]]:
+    """The ``(chunk_id, rows)`` selections that runs spell (see :meth:`Auditor.drawn_runs`)."""
+    counts = np.asarray(counts, np.int64)
+    if not len(counts):
+        return []
+    return list(zip(chunk_ids, np.split(np.asarray(rows), np.cumsum(counts)[:-1]), strict=True))
 
 
 def _need(value: Any, name: str) -> Any:

@@ -136,7 +136,8 @@ class RecoveryLog:
                     p.unlink()
 
 
-_EVENTS = ("ingested", "placed", "moved", "drawn", "delivered", "consumed", "evicted", "dropped", "lost", "restarted")
+_EVENTS = ("ingested", "placed", "moved", "drawn", "delivered", "drawn_runs", "delivered_runs", "consumed", "evicted",
+           "dropped", "lost", "restarted")
 #: the events whose selections are packed into one record, and the position of the selections argument
 _SELECTIONS_ARG = {"delivered": 1, "drawn": 0}
 

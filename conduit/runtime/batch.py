@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from conduit._extras import require
+from conduit.audit import runs_to_selections
 
 if TYPE_CHECKING:
     from conduit.runtime.plane import ExperiencePlane
@@ -65,6 +66,9 @@ class BatchBuild:
     t_ready: float | None = None
     replay_ids: np.ndarray | None = None  # Replay: the sampler id of every row (for priority updates)
     weights: np.ndarray | None = None  # Replay: every row's importance weight (1 when uniform)
+    # Replay: the draw as runs (chunk ids, rows per run, all rows, t_created and version per run) instead
+    # of ``selections``/``created``/``versions``, which a Batch spells out only if they are read
+    runs: tuple[list[Hashable], np.ndarray, np.ndarray, list[float], list[int]] | None = None
     id: tuple[str, str, int] = field(default_factory=lambda: ("batch", "", next(_ids)))
     starts: list[int] = field(default_factory=list)  # first row of each selection (ascending, parallel to it)
     holes: list[tuple[int, int]] = field(default_factory=list)  # (start, rows) given back below ``reserved``
@@ -165,9 +169,15 @@ class Batch:
         self.update = update
         self.steps = build.filled
         self.columns = columns
-        self.selections = list(build.selections)
-        self.versions = list(build.versions)
-        self.created = list(build.created)  # t_created of every chunk the batch carries
+        self._runs = build.runs
+        if build.runs is None:
+            self._selections: list[tuple[Hashable, range | np.ndarray]] | None = list(build.selections)
+            self.versions = list(build.versions)
+            self.created = list(build.created)  # t_created of every chunk the batch carries
+        else:  # a replay draw: its selections are spelled out from the runs when first read
+            self._selections = None
+            self.versions = list(build.runs[4])
+            self.created = list(build.runs[3])
         self.annotations = dict(build.annotations)  # chunk id -> annotation, for chunks that have one
         self.t_ready = build.t_ready
         #: Replay: each row's sampler id (hand it back with priorities to
@@ -176,6 +186,14 @@ class Batch:
         #: Replay: each row's importance weight (all 1 for a uniform sampler); None otherwise
         self.weights = build.weights
         self.released = False
+
+    @property
+    def selections(self) -> list[tuple[Hashable, range | np.ndarray]]:
+        """Every sample the batch carries as ``(chunk_id, indices)``, in row order (see the module doc)."""
+        if self._selections is None:
+            cids, counts, rows = self._runs[:3]
+            self._selections = runs_to_selections(cids, counts, rows)
+        return self._selections
 
     def tensors(self) -> dict[str, Any]:
         """The columns as torch tensors (zero copy: numpy host arrays are wrapped, not copied)."""

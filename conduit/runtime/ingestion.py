@@ -315,6 +315,8 @@ class Ingestion:
             log.warning("%s; the chunk stays in %s, intact", self._last_spill_error, tier.id)
             return
         c.extent = new
+        if c.first_id >= 0:  # a chunk of the Replay table: draws read its extent from the table's snapshot
+            self._table_snapshot = None
         self._durable_added(c)
         self._durable_removed(c, old)
         old.free()

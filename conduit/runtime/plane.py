@@ -234,7 +234,7 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
         if self._sampler is not None:  # checkpoints carry its priorities with the table (runtime.checkpoint)
             self.register_part("sampler", self._sampler)
         self._evicted_ranges: deque[tuple[int, int, Hashable]] = deque()  # bounded below, by the audit's window
-        self._table_snapshot: tuple[list[_Chunk], np.ndarray, np.ndarray] | None = None
+        self._table_snapshot: Any = None  # replay._TableSnapshot, rebuilt when the table changes
         self._inserted = 0  # committed steps (what the auditor has seen ingested)
         self._inserting = 0  # steps of inserts admitted and still copying (their table room is reserved)
         self._sampled = 0  # steps selected for batches (the sampling side of the limiter)

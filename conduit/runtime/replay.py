@@ -23,9 +23,9 @@ learner's TD errors) to the sampler; ids evicted since their draw are skipped an
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Hashable
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,37 @@ from conduit.runtime.records import (
     _secs,
 )
 from conduit.runtime.tiers import Extent
-from conduit.runtime.transfer import copy_rows, gather_rows
+from conduit.runtime.transfer import copy_rows, gather_runs
+
+
+def _pick(seq: list[Any], at: list[int]) -> list[Any]:
+    """``[seq[i] for i in at]`` in one C call."""
+    if len(at) == 1:
+        return [seq[at[0]]]
+    return list(itemgetter(*at)(seq)) if at else []
+
+
+class _TableSnapshot:
+    """The table's live chunks in table (= sample id) order, with what a draw needs of them as arrays:
+    first sample id, steps, extent offset, ``t_created``, policy version. Rebuilt when the table
+    changes or one of its chunks moves to another extent (a spill), never per draw."""
+
+    __slots__ = ("annotated", "chunks", "created", "firsts", "ids", "offsets", "one_tier", "steps", "tiers",
+                 "versions")
+
+    def __init__(self, chunks: list[_Chunk]):
+        n = len(chunks)
+        self.chunks = chunks
+        self.ids = [c.meta.id for c in chunks]
+        self.firsts = np.fromiter((c.first_id for c in chunks), np.int64, n)
+        self.steps = np.fromiter((c.meta.steps for c in chunks), np.int64, n)
+        self.offsets = np.fromiter((c.extent.offset for c in chunks), np.int64, n)
+        self.created = np.fromiter((c.meta.t_created for c in chunks), np.float64, n)
+        self.versions = np.fromiter((c.meta.policy_version for c in chunks), np.int64, n)
+        self.tiers = [c.extent.tier for c in chunks]
+        first = self.tiers[0] if chunks else None
+        self.one_tier = first if all(t is first for t in self.tiers) else None
+        self.annotated = any(c.annotation is not None for c in chunks)
 
 
 class ReplayTable:
@@ -159,11 +189,9 @@ class ReplayTable:
                 raise
             extent = got[0]
             if self._table_snapshot is None:  # rebuilt only when the table changed since the last sample
-                chunks = list(self._table.values())
-                firsts = np.fromiter((c.first_id for c in chunks), np.int64, len(chunks))
-                steps = np.fromiter((c.meta.steps for c in chunks), np.int64, len(chunks))
-                self._table_snapshot = (chunks, firsts, steps)
-            chunks, firsts, steps = self._table_snapshot
+                self._table_snapshot = _TableSnapshot(list(self._table.values()))
+            snap = self._table_snapshot
+            chunks, firsts, steps = snap.chunks, snap.firsts, snap.steps
             # n draws by the contract's sampler, with replacement; in id order, so grouped by chunk
             ids, weights = self._sampler.sample(n, self._rng)
             order = np.argsort(ids, kind="stable")
@@ -179,56 +207,64 @@ class ReplayTable:
                 raise ConduitError(f"learner {learner!r}: the replay sampler drew {int(dead.sum())} samples that are "
                                    "no longer in the table (reported to the audit as evicted_then_sampled)")
             rows = rows.astype(np.intp)
-            bounds = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist(), n]  # runs of draws from one chunk
-            selections = []
-            owners = owner.tolist()
-            for lo, hi in itertools.pairwise(bounds):
-                c = chunks[owners[lo]]
+            # runs of draws from one chunk: chunk ids, counts and rows as arrays (no per-sample Python)
+            heads = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+            counts = np.diff(np.r_[heads, n])
+            at = owner[heads]
+            picks = at.tolist()
+            run_chunks = _pick(chunks, picks)
+            for c in run_chunks:
                 c.busy += 1  # neither evicted nor moved while the copy reads it
-                selections.append((c, rows[lo:hi]))
-            self.auditor.drawn([(c.meta.id, idx) for c, idx in selections], time.time())
+            cids = _pick(snap.ids, picks)
+            self.auditor.drawn_runs(cids, counts, rows, time.time())
             self._sampled += n
             self._sampling += 1  # close() waits for this copy before it frees memory
         build = BatchBuild(learner, -1, extent, n)
         build.id = ("batch", learner, next(self._ids))
         build.replay_ids, build.weights = ids, weights
+        build.runs = (cids, counts, rows, snap.created[at].tolist(), snap.versions[at].tolist())
+        if snap.annotated:
+            for c in run_chunks:
+                if c.annotation is not None:
+                    build.annotations[c.meta.id] = c.annotation
         dst = extent.columns()
-        by_tier: dict[str, list[tuple[_Chunk, np.ndarray, int]]] = {}  # one timed copy run per source tier
-        row = 0
-        starts: list[int] = []
-        for c, idx in selections:
-            by_tier.setdefault(c.extent.tier.id, []).append((c, idx, row))
-            starts.append(row)
-            row += len(idx)
-            if c.annotation is not None:
-                build.annotations[c.meta.id] = c.annotation
-        build.add_in_order(starts, [(c.meta.id, idx) for c, idx in selections],
-                           [c.meta.t_created for c, _ in selections], [c.meta.policy_version for c, _ in selections])
-
+        firsts_row = np.r_[0, np.cumsum(counts)[:-1]]
         host_dst = all(isinstance(v, np.ndarray) for v in dst.values())
+        tier_of = snap.tiers if snap.one_tier is None else None
+        groups: dict[str, list[int]] = {}  # source tier -> its runs, in order (one timed copy per tier)
+        if tier_of is None:
+            groups[snap.one_tier.id] = list(range(len(run_chunks)))
+        else:
+            for i, t in enumerate(_pick(tier_of, picks)):
+                groups.setdefault(t.id, []).append(i)
 
-        def gather(parts: list[tuple[_Chunk, np.ndarray, int]]) -> int:
-            buffer = getattr(parts[0][0].extent.tier.medium, "buffer", None)
+        def gather(members: list[int]) -> int:
+            tier = run_chunks[members[0]].extent.tier
+            buffer = getattr(tier.medium, "buffer", None)
             if host_dst and isinstance(buffer, np.ndarray) and buffer.ndim == 1 and buffer.dtype == np.uint8:
                 # host memory on both sides: one gather per column across every chunk of the tier
-                return gather_rows(buffer, self.schema, [(c.extent.offset, c.meta.steps, idx, start)
-                                                         for c, idx, start in parts], dst) * self.schema.step_bytes
-            return sum(copy_rows(c.columns(), idx, dst, start) for c, idx, start in parts) \
-                * self.schema.step_bytes
+                sel = np.asarray(members, np.intp)
+                part = rows if len(members) == len(run_chunks) else np.concatenate(
+                    [rows[firsts_row[i]:firsts_row[i] + counts[i]] for i in members])
+                return gather_runs(buffer, self.schema, snap.offsets[at[sel]], steps[at[sel]], counts[sel], part,
+                                   firsts_row[sel], dst) \
+                    * self.schema.step_bytes
+            return sum(copy_rows(run_chunks[i].columns(), rows[firsts_row[i]:firsts_row[i] + counts[i]], dst,
+                                 int(firsts_row[i])) for i in members) * self.schema.step_bytes
 
         def give_back() -> None:  # under the lock: the sample failed; nothing of it stays
             self._sampling -= 1
             self._sampled -= n
-            for c, _ in selections:
+            for c in run_chunks:
                 c.busy -= 1
             extent.free()
             q.model.served()
             self._cond.notify_all()
 
         try:
-            for src_tier, parts in by_tier.items():
-                device_side = q.tier.medium.device_side or parts[0][0].extent.tier.medium.device_side
-                self.engine.run_now((src_tier, q.tier.id), lambda parts=parts: gather(parts), cuda=device_side)
+            for src_tier, members in groups.items():
+                device_side = q.tier.medium.device_side or run_chunks[members[0]].extent.tier.medium.device_side
+                self.engine.run_now((src_tier, q.tier.id), lambda members=members: gather(members), cuda=device_side)
         except BaseException:
             with self._cond:
                 give_back()
@@ -246,9 +282,9 @@ class ReplayTable:
             q.model.served()
             upd = self._version
             t_handed = time.time()
-            self.auditor.delivered(upd, build.selections, t_handed)
+            self.auditor.delivered_runs(upd, cids, counts, rows, t_handed)
             self._delivered += n
-            for c, _ in selections:  # only now may a producer evict them (after the auditor saw the delivery)
+            for c in run_chunks:  # only now may a producer evict them (after the auditor saw the delivery)
                 c.busy -= 1
             self._handed.add(build)
             self.metrics_.update_started(learner, t_asked, build.t_ready, t_handed, [])
@@ -261,7 +297,7 @@ class ReplayTable:
         """Under the lock: report a draw with ids in no live chunk, naming each sample as well as is known
         (a recently evicted chunk by its id and row, an id never handed out as its own unknown chunk)."""
         sel: dict[Hashable, list[int]] = {}
-        chunks = self._table_snapshot[0]
+        chunks = self._table_snapshot.chunks
         for i, o, r, d in zip(ids.tolist(), owner.tolist(), rows.tolist(), dead.tolist(), strict=True):
             if not d:
                 sel.setdefault(chunks[o].meta.id, []).append(r)

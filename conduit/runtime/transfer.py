@@ -79,33 +79,36 @@ def copy_rows(src: dict[str, Any], index: slice | np.ndarray, dst: dict[str, Any
 
 GATHER_SMALL_ROW = 4096
 """Columns with at most this many bytes per step are gathered across chunks in one numpy call
-(:func:`gather_rows`); larger rows are copied chunk by chunk (the copy, not the call, dominates)."""
+(:func:`gather_runs`); larger rows are copied chunk by chunk (the copy, not the call, dominates)."""
 
 
-def gather_rows(buffer: np.ndarray, schema: Any, parts: list[tuple[int, int, np.ndarray, int]],
-                dst: dict[str, np.ndarray]) -> int:
+def gather_runs(buffer: np.ndarray, schema: Any, offsets: np.ndarray, steps: np.ndarray, counts: np.ndarray,
+                rows: np.ndarray, starts: np.ndarray, dst: dict[str, np.ndarray]) -> int:
     """Copy scattered rows of many chunks that live in one host buffer into a batch, column by column.
 
-    ``buffer`` is a tier's host memory (uint8); each part is ``(extent offset, chunk steps, rows,
-    first batch row)``: the chunk's extent starts at that byte offset with the schema's layout for
-    its steps, and its ``rows`` land in the batch from that row on. A column of small rows is gathered
-    for every part in one fancy-indexing call over a one-byte-stride window of the buffer (a replay
-    batch draws from hundreds of chunks, and a call per chunk and column would cost more than the
-    bytes); a column of large rows is copied part by part with ``np.take`` from the chunk's own
-    contiguous column. Returns the rows copied."""
+    ``buffer`` is a tier's host memory (uint8). Run ``i`` is ``counts[i]`` rows of the chunk whose
+    extent starts at byte ``offsets[i]`` with the schema's layout for ``steps[i]`` steps; its rows are
+    the next ``counts[i]`` entries of ``rows`` and land in the batch from row ``starts[i]`` on. A column
+    of small rows is gathered for every run in one fancy-indexing call over a one-byte-stride window
+    of the buffer (a replay batch draws from hundreds of chunks, and a call per chunk and column would
+    cost more than the bytes); the byte offsets are computed with numpy for all runs at once. A column
+    of large rows is copied run by run with ``np.take`` from the chunk's own contiguous column.
+    Returns the rows copied."""
     from numpy.lib.stride_tricks import as_strided
 
-    total = sum(len(rows) for _, _, rows, _ in parts)
+    total = int(rows.size)
     if total == 0:
         return 0
-    starts = [start for _, _, _, start in parts]
-    contiguous = all(starts[i + 1] == starts[i] + len(parts[i][2]) for i in range(len(parts) - 1))
-    layouts = np.array([schema.layout(steps)[0] for _, steps, _, _ in parts], np.int64)  # parts x columns
-    counts = np.fromiter((len(rows) for _, _, rows, _ in parts), np.int64, len(parts))
-    rows_all = np.concatenate([np.asarray(rows, np.int64) for _, _, rows, _ in parts])
-    bases = np.fromiter((off for off, _, _, _ in parts), np.int64, len(parts))
-    dst_rows = None if contiguous else np.concatenate(
-        [np.arange(start, start + len(rows)) for _, _, rows, start in parts])
+    offsets = np.asarray(offsets, np.int64)
+    counts = np.asarray(counts, np.int64)
+    starts = np.asarray(starts, np.int64)
+    contiguous = bool((starts[1:] == starts[:-1] + counts[:-1]).all())
+    kinds, which = np.unique(np.asarray(steps, np.int64), return_inverse=True)  # a few chunk sizes at most
+    layouts = np.array([schema.layout(int(k))[0] for k in kinds], np.int64)[which]  # runs x columns
+    dst_rows = None
+    if not contiguous:
+        dst_rows = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)
+    rows64 = rows.astype(np.int64, copy=False)
     for j, col in enumerate(schema.columns):
         size = col.step_bytes
         if size == 0:
@@ -113,17 +116,19 @@ def gather_rows(buffer: np.ndarray, schema: Any, parts: list[tuple[int, int, np.
         out = dst[col.name]
         out_bytes = out.reshape(out.shape[0], -1).view(np.uint8)
         if size <= GATHER_SMALL_ROW:
-            col_base = bases + layouts[:, j]
-            offsets = np.repeat(col_base, counts) + rows_all * size
+            at = np.repeat(offsets + layouts[:, j], counts) + rows64 * size
             window = as_strided(buffer, shape=(buffer.shape[0] - size + 1, size), strides=(1, 1), writeable=False)
-            if contiguous:
-                out_bytes[starts[0]:starts[0] + total] = window[offsets]
+            if dst_rows is None:
+                out_bytes[starts[0]:starts[0] + total] = window[at]
             else:
-                out_bytes[dst_rows] = window[offsets]
+                out_bytes[dst_rows] = window[at]
             continue
-        for (off, steps, rows, start), lay in zip(parts, layouts[:, j].tolist(), strict=True):
-            src = buffer[off + lay:off + lay + steps * size].reshape(steps, size)
-            np.take(src, np.asarray(rows, np.intp), axis=0, out=out_bytes[start:start + len(rows)])
+        pos = 0
+        for off, n_steps, n, start, lay in zip(offsets.tolist(), np.asarray(steps).tolist(), counts.tolist(),
+                                               starts.tolist(), layouts[:, j].tolist(), strict=True):
+            src = buffer[off + lay:off + lay + n_steps * size].reshape(n_steps, size)
+            np.take(src, rows[pos:pos + n], axis=0, out=out_bytes[start:start + n])
+            pos += n
     return total
 
 

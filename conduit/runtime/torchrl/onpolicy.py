@@ -12,9 +12,9 @@ Under Conduit (:class:`OnPolicyFeed`):
   ``MultiSyncCollector`` / ``MultiAsyncCollector`` (``torchrl/collectors/_multi_base.py``). The collector
   pickles it to every worker process (``_run_processes``: the ``replay_buffer`` kwarg of each worker), and
   each worker's inner collector calls its ``extend`` with the worker's batch (``_single.py``, the
-  ``replay_buffer.extend(tensordict_out)`` of ``iterator``). The first ``extend`` in a worker claims one of
-  the plane's shared-memory rings (:mod:`conduit.runtime.shm_ring`, one per worker, handed out under a
-  lock), and every batch is written straight into it: nothing goes through the main process, which only
+  ``replay_buffer.extend(tensordict_out)`` of ``iterator``). Each pickling of the feed for a worker
+  attaches a shared-memory ring of its own to the plane (:mod:`conduit.runtime.torchrl.rings`, the code
+  path the replay buffer uses too), and every batch is written straight into it: nothing goes through the main process, which only
   counts frames (the collector yields ``None`` when it has a replay buffer).
 * **Versions.** The collector is built with ``track_policy_version=True`` (its public argument): TorchRL's
   ``PolicyVersion`` transform stamps every frame with the version of the weights that produced it, and
@@ -79,6 +79,7 @@ from conduit.contracts import BoundedStaleness, Contract, OnPolicy
 from conduit.errors import ConduitError
 from conduit.runtime.torchrl.columns import TensorDictLayout
 from conduit.runtime.torchrl.replay import TorchRLSettingError
+from conduit.runtime.torchrl.rings import WorkerRing
 
 log = logging.getLogger(__name__)  # conduit.runtime.torchrl.onpolicy
 
@@ -138,43 +139,24 @@ def standardize(adv: torch.Tensor) -> torch.Tensor:
 
 
 class _Worker:
-    """The feed's state in a collector worker process: its ring, claimed on first use."""
+    """The feed's state in a collector worker process: its own ring (:class:`~conduit.runtime.torchrl.rings.WorkerRing`)."""
 
-    def __init__(self, specs: list[Any], claim: Any, layout: dict, checksums: bool, write_timeout: float):
-        self.specs, self.claim, self.layout_dict = specs, claim, layout
+    def __init__(self, ring: WorkerRing, layout: dict, checksums: bool, write_timeout: float):
+        self.ring = ring
+        self.layout = TensorDictLayout.from_dict(layout)
         self.checksums, self.write_timeout = checksums, write_timeout
-        self.producer: Any = None
-        self.layout: TensorDictLayout | None = None
         self.seq = 0
         self.written = 0
 
-    def _attach(self) -> None:
-        from conduit.runtime.shm_ring import RingProducer
-
-        with self.claim.get_lock():
-            i = self.claim.value
-            self.claim.value = i + 1
-        if i >= len(self.specs):
-            raise FeedError(f"OnPolicyFeed: a collector worker asked for ring {i}, but num_workers="
-                            f"{len(self.specs)}; the feed's num_workers must be the collector's")
-        for j, spec in enumerate(self.specs):  # our copies of the other workers' pipe ends would hide their death
-            if j != i:
-                spec.conn.close()
-        self.producer = RingProducer(self.specs[i])
-        self.layout = TensorDictLayout.from_dict(self.layout_dict)
-
     def extend(self, td: TensorDictBase) -> None:
         t_created = time.time()  # the worker has finished the batch: the chunk is created
-        if self.producer is None:
-            self._attach()
-        assert self.layout is not None
         versions = td.get(VERSION_KEY, None)
         if versions is None:
             raise FeedError(f"OnPolicyFeed: the collector's frames carry no {VERSION_KEY!r}; build the collector "
                             "with track_policy_version=True")
         cols = self.layout.columns(td)
-        chunk_id = (self.producer.producer, self.seq)
-        self.producer.write(cols, chunk_id=chunk_id, policy_version=int(versions.min()), t_created=t_created,
+        chunk_id = (self.ring.name, self.seq)
+        self.ring.write(cols, chunk_id=chunk_id, policy_version=int(versions.min()), t_created=t_created,
                             checksum=self.checksums, timeout=self.write_timeout, annotation=tuple(td.batch_size))
         self.seq += 1
         self.written += self.layout.steps(td)
@@ -271,10 +253,10 @@ class OnPolicyFeed(ReplayBuffer):
         self.plane = ExperiencePlane(self.layout.schema, self.contract, batch_steps=frames_per_batch,
                                      policy=plane_policy, capacities=capacities, prefetch_depth=1,
                                      verify_checksums=verify_checksums, ingest_timeout=write_timeout)
-        specs = [self.plane.attach_producer(f"worker{i}", ring_bytes=ring_bytes) for i in range(num_workers)]
-        claim = mp.get_context("spawn").Value("i", 0)
-        self._worker_state = {"specs": specs, "claim": claim, "layout": self.layout.to_dict(),
-                              "checksums": verify_checksums, "write_timeout": float(write_timeout)}
+        self._ring_bytes = ring_bytes
+        self._rings_handed = 0  # one ring per pickling, i.e. per collector worker
+        self._worker_state = {"layout": self.layout.to_dict(), "checksums": verify_checksums,
+                              "write_timeout": float(write_timeout)}
         self._worker: _Worker | None = None
         self._results: dict[Hashable, TensorDict] = {}  # chunk id -> its value/advantage pass outputs
         self._lock = threading.Condition()
@@ -294,7 +276,15 @@ class OnPolicyFeed(ReplayBuffer):
 
     # -- the collector side (runs in the worker processes) -------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        return {"_conduit_worker": self._worker_state}
+        """Pickled for a collector worker: a ring of its own goes with it (see :mod:`~conduit.runtime.torchrl.rings`)."""
+        if self.plane is None:
+            raise FeedError("OnPolicyFeed: a collector worker's copy of the feed cannot be handed on")
+        if self._rings_handed >= self.num_workers:
+            raise FeedError(f"OnPolicyFeed: handed to more than num_workers={self.num_workers} collector workers; "
+                            "the feed's num_workers must be the collector's")
+        ring = WorkerRing.attach(self.plane, f"worker{self._rings_handed}", self._ring_bytes)
+        self._rings_handed += 1
+        return {"_conduit_worker": {"ring": ring, **self._worker_state}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         ReplayBuffer.__init__(self)

@@ -85,6 +85,7 @@ from conduit.contracts import Prioritized, Replay
 from conduit.errors import ConduitError, PlaneFullError
 from conduit.runtime.plane import DeliveryTimeout, ExperiencePlane
 from conduit.runtime.torchrl.columns import TensorDictLayout
+from conduit.runtime.torchrl.rings import WorkerRing
 
 log = logging.getLogger("conduit.runtime.torchrl")
 
@@ -242,9 +243,7 @@ class ConduitReplayBuffer(TensorDictReplayBuffer):
         self._layout: TensorDictLayout | None = None
         self._role = "main"
         self._owner_pid = os.getpid()
-        self._ring_spec: Any = None
-        self._producer: Any = None
-        self._producer_name = "main"
+        self._ring: WorkerRing | None = None  # in a collector worker's copy: its own ring to the plane
         self._chunk_seq = itertools.count()
         self._workers = 0  # rings attached (one per pickling of the buffer)
         self._write_counter = mp.Value("q", 0)
@@ -388,17 +387,13 @@ class ConduitReplayBuffer(TensorDictReplayBuffer):
         return index
 
     def _extend_worker(self, td: TensorDictBase) -> torch.Tensor:
-        if self._producer is None:
-            from conduit.runtime.shm_ring import RingProducer
-
-            self._producer = RingProducer(self._ring_spec)
         if td.get(self.priority_key, None) is not None:
             raise ConduitError(f"ConduitReplayBuffer.extend in a collector worker: {self.priority_key!r} priorities "
                                "cannot travel through the worker's ring; update them from the learner")
         cols = self._layout.columns(td)
         steps = self._layout.steps(td)
-        self._producer.write(cols, chunk_id=f"{self._producer_name}-{next(self._chunk_seq)}", policy_version=0,
-                             checksum=False, timeout=self._extend_timeout)
+        self._ring.write(cols, chunk_id=f"{self._ring.name}-{next(self._chunk_seq)}", policy_version=0,
+                         checksum=False, timeout=self._extend_timeout)
         with self._write_counter.get_lock():
             self._write_counter.value += steps
         return torch.zeros((0,), dtype=torch.long)
@@ -559,9 +554,8 @@ class ConduitReplayBuffer(TensorDictReplayBuffer):
     def close(self) -> AuditReport | None:
         """Close the plane and return its final audit (None if nothing was ever written)."""
         if self._role != "main" or self._plane is None:
-            if self._producer is not None:
-                self._producer.close()
-                self._producer = None
+            if self._ring is not None:
+                self._ring.close()
             return None
         self._drain_leases()
         report = self._plane.close()
@@ -578,13 +572,11 @@ class ConduitReplayBuffer(TensorDictReplayBuffer):
     def __getstate__(self) -> dict[str, Any]:
         plane = self._main_plane("pickling for a collector worker")
         self._workers += 1
-        name = f"torchrl-{self._owner_pid}-{self._workers}"
-        spec = plane.attach_producer(name, self._ring_bytes)
+        ring = WorkerRing.attach(plane, f"torchrl-{self._owner_pid}-{self._workers}", self._ring_bytes)
         state = super().__getstate__()
-        for key in ("_plane", "_producer", "_leases", "_sampling_threads", "_extending_threads", "_chunk_seq"):
+        for key in ("_plane", "_leases", "_sampling_threads", "_extending_threads", "_chunk_seq"):
             state.pop(key, None)
-        state.update(_role="worker", _ring_spec=spec, _producer_name=name,
-                     _layout_dict=self._layout.to_dict(), _layout=None)
+        state.update(_role="worker", _ring=ring, _layout_dict=self._layout.to_dict(), _layout=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -592,7 +584,6 @@ class ConduitReplayBuffer(TensorDictReplayBuffer):
         super().__setstate__(state)
         self._layout = layout
         self._plane = None
-        self._producer = None
         self._leases = deque()
         self._sampling_threads = set()
         self._extending_threads = set()
