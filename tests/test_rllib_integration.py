@@ -36,15 +36,6 @@ TMP = "/tmp/cdtrl"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=TMP, object_store_memory=256 << 20, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def _trained(result: dict) -> float:
     return result.get("learners", {}).get("__all_modules__", {}).get("num_env_steps_trained_lifetime") or 0
 
