@@ -1094,7 +1094,7 @@ def mixed_streams(draw):
     return contract, caps, events, t + 1
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mixed_streams())
 def test_lazy_chunk_state_reports_exactly_what_eager_arrays_do(stream):
     contract, caps, events, end = stream
@@ -1349,7 +1349,7 @@ def _identical(f, u):
     assert f == u
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(retiring_streams(), mixed_streams()), st.integers(0, 4))
 def test_folding_reports_exactly_what_the_unbounded_auditor_does(stream, small):
     """With a window larger than the stream the reports are identical, always; with a small
@@ -1386,7 +1386,7 @@ def _same_total(f, u):
     assert f == u  # violations (the total) included
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(retiring_streams(safe=True), st.integers(0, 2))
 def test_a_tiny_window_keeps_the_violation_total(stream, window):
     """Late deliveries of chunks retired beyond the window count as unknown_sample instead of

@@ -61,16 +61,6 @@ def test_export_values_are_the_planes_figures():
     assert {f"conduit_plane_{k}_total" for k in COUNTERS} & names and {f"conduit_plane_{k}" for k in GAUGES} & names
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=1, include_dashboard=False, _temp_dir="/tmp/cdtexport", object_store_memory=128 << 20,
-             log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def test_the_plane_actor_publishes_on_a_cadence_into_ray_metrics(local_ray):
     cluster = PlaneCluster.start(SCHEMA, CONTRACT, batch_steps=8, learners={"l": "local"}, capacities=CAPS,
                                  export_interval_s=0.2)

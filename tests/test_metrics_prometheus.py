@@ -66,7 +66,7 @@ def _value(text: str, name: str, **tags: str) -> float | None:
     return None
 
 
-def test_prometheus_serves_the_planes_counters():
+def test_prometheus_serves_the_planes_counters(no_ray):  # its own Ray: a metrics export port
     port = _free_port()
     ray.init(num_cpus=1, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="cdtprom"),
              object_store_memory=128 << 20, log_to_driver=False, _metrics_export_port=port)

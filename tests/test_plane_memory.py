@@ -40,7 +40,7 @@ def test_evicted_replay_chunks_leave_no_records():
     counts = []
     with ExperiencePlane(schema, contract, batch_steps=16, capacities={"pageable": "8 MiB", "nvme": "8 MiB"}) as plane:
         for rnd in range(4):
-            for i in range(1000):
+            for i in range(400):  # 400 chunks of 3 steps: the 300-step table turned over 4 times a round
                 plane.ingest({"obs": rng.standard_normal((3, 4)).astype(np.float32), "a": rng.integers(0, 2, 3)},
                              policy_version=0, chunk_id=(rnd, i))
                 if i % 10 == 9 and (rnd or i > 20):

@@ -23,17 +23,7 @@ from conduit.runtime.checkpoint import DROP_REASON
 from conduit.runtime.rllib import enable, shutdown
 from conduit.runtime.rllib.callbacks import cluster_of
 
-TMP = "/tmp/cdtckpt"
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=TMP, object_store_memory=256 << 20, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _config(store: bool):

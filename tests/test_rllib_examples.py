@@ -35,7 +35,6 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cond
 
 from conduit.runtime.rllib import EnableError, enable, shutdown
 
-TMP = "/tmp/cdtrlex"
 pytestmark = pytest.mark.slow
 
 
@@ -281,15 +280,6 @@ def test_example_is_refused_naming_the_setting(name):
     case = CASES[name]
     with pytest.raises(EnableError, match=case.refused):
         enable(case.build())
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=TMP, object_store_memory=256 << 20, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 @pytest.mark.parametrize("name", _params(refused=False))

@@ -3,8 +3,8 @@
 Checked: ``LargeObsEnv`` spaces, dtypes, episode length and reward signal; ``instrument()`` on tiny
 PPO and DQN CartPole configs runs and ``segments(result)`` has every key, finite and non-negative,
 with the segments adding up as documented; ``instrument()`` leaves the input config alone and
-composes with a user's learner connector and callbacks. Ray is started once for the module (2 CPUs)
-and always shut down.
+composes with a user's learner connector and callbacks. Ray: the session's shared one
+(tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -83,17 +83,6 @@ def test_large_obs_env_config_and_registration():
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.rllib")
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir="/tmp/ray-ctest", log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
 def _check_segments(seg: dict, *, expect_update: bool) -> None:
     from conduit.runtime.rllib.instrument import SEGMENT_KEYS
 
@@ -114,7 +103,7 @@ def _check_segments(seg: dict, *, expect_update: bool) -> None:
         assert seg["exposed_ms"] > 0
 
 
-def test_instrument_ppo_cartpole(ray_session):
+def test_instrument_ppo_cartpole(local_ray):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from conduit.runtime.rllib.instrument import KEY, InstrumentCallback, instrument, segments
@@ -148,7 +137,7 @@ def test_instrument_ppo_cartpole(ray_session):
     assert results[1][KEY]["meta"]["iteration"] == 2
 
 
-def test_instrument_dqn_cartpole(ray_session):
+def test_instrument_dqn_cartpole(local_ray):
     from ray.rllib.algorithms.dqn import DQNConfig
 
     from conduit.runtime.rllib.instrument import instrument, segments

@@ -48,7 +48,7 @@ def _config(seed: int):
     return cfg
 
 
-def test_dqn_reaches_400_on_cartpole_with_the_default_prioritized_buffer():
+def test_dqn_reaches_400_on_cartpole_with_the_default_prioritized_buffer(no_ray):
     from conduit.runtime.rllib import enable, shutdown
 
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=TMP, log_to_driver=False,

@@ -30,17 +30,7 @@ from conduit.runtime.ray_plane import PlaneCluster
 from conduit.runtime.rllib import cluster_of, enable, shutdown
 from conduit.runtime.schema import Schema
 
-TMP = "/tmp/cdtrec"
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=TMP, object_store_memory=256 << 20, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _kill(cluster: PlaneCluster) -> int:
@@ -51,7 +41,7 @@ def _kill(cluster: PlaneCluster) -> int:
     return pid
 
 
-def test_plane_cluster_restarts_then_gives_up_cleanly(local_ray):
+def test_plane_cluster_restarts_then_gives_up_cleanly(fresh_ray):
     schema = Schema.of({"x": ((64,), "float32")})
     contract = Replay(capacity=4000, replay_ratio=1.0, min_size=16, error_buffer=1e6)
     cluster = PlaneCluster.start(schema, contract, batch_steps=16, learners={"l": "local"}, max_restarts=1,
@@ -86,7 +76,7 @@ def _trained(result: dict) -> float:
     return result.get("learners", {}).get("__all_modules__", {}).get("num_env_steps_trained_lifetime") or 0
 
 
-def test_dqn_keeps_training_after_the_plane_actor_is_killed(local_ray):
+def test_dqn_keeps_training_after_the_plane_actor_is_killed(fresh_ray):
     from ray.rllib.algorithms.dqn import DQNConfig
 
     cfg = (DQNConfig().environment("CartPole-v1")
@@ -119,7 +109,7 @@ def test_dqn_keeps_training_after_the_plane_actor_is_killed(local_ray):
     assert final["violations"] == 0 and final["restarts"] == 1
 
 
-def test_ppo_keeps_training_after_the_plane_actor_is_killed_mid_iteration(local_ray):
+def test_ppo_keeps_training_after_the_plane_actor_is_killed_mid_iteration(fresh_ray):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     cfg = (PPOConfig().environment("CartPole-v1").debugging(seed=1)

@@ -36,7 +36,7 @@ def _plane_actors_alive() -> list:
             if "PlaneActor" in a.get("ActorClassName", "") and a.get("State") != "DEAD"]
 
 
-def test_tuner_run_reports_the_audit_and_ends_the_plane(tmp_path):
+def test_tuner_run_reports_the_audit_and_ends_the_plane(tmp_path, no_ray):  # its own Ray: it reads its actors
     from ray import tune
     from ray.rllib.algorithms.dqn import DQN, DQNConfig
 

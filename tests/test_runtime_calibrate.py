@@ -168,7 +168,7 @@ def cal_yaml_dict(text: str):
 
 
 @pytest.mark.slow
-def test_object_store_measured_and_ray_shut_down():
+def test_object_store_measured_and_ray_shut_down(no_ray):  # it starts and stops a Ray of its own
     ray = pytest.importorskip("ray", reason="ray is not installed: cannot measure the object store")
     before = set(glob.glob("/tmp/rcal-*"))
     try:

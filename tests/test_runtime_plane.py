@@ -17,6 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spawn_producers import make_chunk, ring_producer
 
 from conduit.chunk import checksum_bytes
 from conduit.contracts import BoundedStaleness, OnPolicy, Replay
@@ -31,13 +32,6 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 DTYPES = ["uint8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"]
 
 
-def make_chunk(schema: Schema, steps: int, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for c in schema.columns:
-        raw = rng.integers(0, 256, size=steps * c.step_bytes, dtype=np.uint8)
-        out[c.name] = raw.view(c.dtype).reshape((steps, *c.shape)).copy()
-    return out
 
 
 schemas = st.lists(
@@ -482,27 +476,8 @@ def test_checksum_helper_matches_plane_layout():
 
 # ------------------------------------------------------------------ producers in other processes
 
+# the children run spawn_producers.ring_producer: a module they import in about 1 s (this one takes ~15 s)
 SPAWN = __import__("multiprocessing").get_context("spawn")
-
-
-def _ring_producer(spec, schema_dict: dict, seed: int, sizes: list[int], version: int, die_after: int | None) -> None:
-    """A producer process: writes chunks through its ring; optionally dies in the middle of one."""
-    import os as _os
-    import random
-
-    from conduit.runtime.shm_ring import RingProducer
-
-    schema = Schema.from_dict(schema_dict)
-    rnd = random.Random(seed)
-    with RingProducer(spec) as producer:
-        for i, n in enumerate(sizes):
-            if die_after is not None and i == die_after:
-                slot = producer.reserve(n)
-                first = next(iter(slot.columns.values()))
-                first[: max(1, n // 2)] = 1  # half written, never committed
-                _os._exit(1)
-            producer.write(make_chunk(schema, n, seed * 1000 + i), chunk_id=(seed, i), policy_version=version)
-            time.sleep(rnd.random() * 0.002)  # jitter the interleaving with the other producers
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -516,7 +491,7 @@ def test_producer_processes_round_trip_exactly_once(schema, data):
         procs = []
         for p in range(producers):
             spec = plane.attach_producer(f"p{p}", ring_bytes=64 << 10)
-            proc = SPAWN.Process(target=_ring_producer, args=(spec, schema.to_dict(), p, sizes[p], 0, None))
+            proc = SPAWN.Process(target=ring_producer, args=(spec, schema.to_dict(), p, sizes[p], 0, None))
             proc.start()
             procs.append(proc)
         with plane.next_batch(timeout=60) as b:
@@ -539,8 +514,8 @@ def test_producer_dying_mid_chunk_loses_nothing_committed():
     with ExperiencePlane(schema, OnPolicy(), batch_steps=40, capacities=SMALL, verify_checksums=True) as plane:
         healthy = plane.attach_producer("healthy", ring_bytes=64 << 10)
         doomed = plane.attach_producer("doomed", ring_bytes=64 << 10)
-        procs = [SPAWN.Process(target=_ring_producer, args=(healthy, schema.to_dict(), 1, [10, 10], 0, None)),
-                 SPAWN.Process(target=_ring_producer, args=(doomed, schema.to_dict(), 2, [10, 10, 10], 0, 2))]
+        procs = [SPAWN.Process(target=ring_producer, args=(healthy, schema.to_dict(), 1, [10, 10], 0, None)),
+                 SPAWN.Process(target=ring_producer, args=(doomed, schema.to_dict(), 2, [10, 10, 10], 0, 2))]
         for proc in procs:
             proc.start()
         with plane.next_batch(timeout=60) as b:  # 2 healthy + 2 committed by the doomed one

@@ -99,9 +99,7 @@ def test_ray_not_installed_names_the_extra(monkeypatch):
         PlaneCluster.start(SCHEMA, OnPolicy(), batch_steps=8, learners={"l": "local"})
 
 
-def test_ray_not_initialised_says_call_ray_init():
-    if ray.is_initialized():  # pragma: no cover - only if another module left Ray running
-        pytest.skip("Ray is already initialised in this process")
+def test_ray_not_initialised_says_call_ray_init(no_ray):
     with pytest.raises(ConduitError, match=r"ray\.init"):
         PlaneCluster.start(SCHEMA, OnPolicy(), batch_steps=8, learners={"l": "local"})
 
@@ -123,14 +121,9 @@ def test_merge_audits_sums_and_keeps_nodes():
 
 
 # ------------------------------------------------------------------------------------------ one node
-@pytest.fixture(scope="class")
-def single_node():
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=TMP, object_store_memory=256 << 20,
-             log_to_driver=False)
-    try:
-        yield ray.get_runtime_context().get_node_id()
-    finally:
-        ray.shutdown()
+@pytest.fixture
+def single_node(local_ray):
+    return local_ray.get_runtime_context().get_node_id()
 
 
 @pytest.fixture
@@ -291,6 +284,8 @@ def two_nodes():
 
     # Cluster writes its address file under $RAY_TMPDIR/ray (default /tmp/ray): keep it in our short dir.
     os.makedirs(f"{TMP}/ray", exist_ok=True)
+    if ray.is_initialized():
+        ray.shutdown()  # the session's shared Ray (tests/conftest.py): Cluster connects this process to its own
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_TMPDIR", TMP)
     cluster = Cluster(initialize_head=True, connect=True,

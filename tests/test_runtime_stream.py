@@ -13,7 +13,6 @@ contract, through the Ray plane actors too.
 from __future__ import annotations
 
 import gc
-import os
 import random
 import threading
 import time
@@ -326,19 +325,7 @@ def test_peek_refuses_replay_unknown_learners_and_bad_rows():
 
 
 # ------------------------------------------------------------------------------------------ ray
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # before any Ray process starts
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'conduit-rl[rllib]')")
-    ray.init(num_cpus=1, include_dashboard=False, _temp_dir="/tmp/cdtstream", object_store_memory=128 << 20,
-             log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
-def test_ray_peek_then_rest_of_batch_with_annotations(ray_local):
+def test_ray_peek_then_rest_of_batch_with_annotations(local_ray):
     from conduit.runtime.ray_plane import PlaneCluster, RemoteBatch
 
     cluster = PlaneCluster.start(SCHEMA, OnPolicy(), batch_steps=32, learners={"learner": "local"},

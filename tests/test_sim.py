@@ -371,7 +371,7 @@ def test_determinism_property_covers_the_whole_registry():
 
 
 @pytest.mark.parametrize("policy", REGISTERED_POLICIES)
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(run=st.sampled_from(SMALL_RUNS), cv=st.sampled_from([0.0, 0.3]), iterations=st.integers(2, 3),
        seed=st.integers(0, 2**32 - 1))
 def test_same_seed_same_result_for_every_registered_policy(policy, run, cv, iterations, seed):
