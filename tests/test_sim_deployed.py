@@ -33,7 +33,7 @@ from conduit.sim.run import simulate
 from conduit.sim.workload import load_workload
 from conduit.topology import load_topology, topology_from_dict
 
-SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REF = "reference-2core"
 
 
