@@ -36,7 +36,9 @@ half each way, plus the actor's own work (:class:`~conduit.sim.params.PlaneCosts
   ``max_coalesced_calls``) into one call.
 * **Placement**: ``enable()`` registers the learner as a CPU learner (docs/rllib.md, "GPU learners get
   host batches"), so the plane's tiers are the learner node's host memory: a chunk lands in its pinned
-  tier while it has room, else in its pageable tier. No batch is placed in HBM.
+  tier while it has room, else in its pageable tier (a stand-in for the policy's choice among those host
+  tiers, which this model does not consult: stated here so a reader can question it). No batch is
+  placed in HBM.
 * **Delivery** (``PlaneCluster.next_batch`` / ``peek`` -> ``PlaneActor.next_batch``): the actor copies
   the rows out (``deliver_per_call`` + bytes at ``deliver_copy_bandwidth``); a result of
   ``return_inline_bytes`` or more goes back through the object store (the actor's ``ray.put``, the
@@ -62,6 +64,13 @@ actor, the driver), the call is held in quanta of :data:`SAMPLING_QUANTUM` (CPyt
 interval, ``sys.getswitchinterval()``, 5 ms; the kernel's time slices are of that order), so that a
 few milliseconds of plane or learner work interleave with a long sample call as the OS would
 interleave them, instead of queueing behind all of it; elsewhere a call is one hold (no one waits).
+
+**Simulation speed.** A Python thread on a node with a core per process never waits for a core, so
+it is a FIFO single server computed by arithmetic (:class:`_Lane`: start at ``max(arrival, free)``);
+a call through such threads is one timeout, and an ingest whose parts are all arithmetic needs no
+process (:meth:`DeployedRoute._ingest_now`). A call reserves a thread for the time it will reach it,
+so calls are served in the order they were issued (FIFO by issue, not by arrival: the same for calls
+of one kind, whose latencies are equal). Threads on an oversubscribed node are simulated as events.
 
 **Learners at scale.** ``enable()`` refuses ``num_learners > 1`` today. With more than one learner the
 simulator runs the same mechanisms per learner (one plane actor per learner node, each learner fed by
