@@ -21,6 +21,17 @@ processes on a shared machine do not inflate them; Ray calls are timed in wall t
   zero-copy, so the time does not grow with bytes (reported for the smallest and largest size);
 * ``buffer_add_s`` / ``buffer_add_per_step_s`` / ``buffer_sample_s`` — RLlib's
   ``EpisodeReplayBuffer.add`` of one episode of 1 and of 64 steps and ``sample(num_items=32)`` and, from ``sample(num_items=256)``, the cost per further item.
+* ``connector_per_call_s`` / ``connector_per_sample_s`` / ``connector_per_byte_s`` — RLlib's default
+  learner connector pipeline (``AlgorithmConfig.build_learner_connector``: observations, columns,
+  time dim, states, ``BatchIndividualItems``; without ``NumpyToTensor``, timed apart, and without
+  PPO's GAE, which the learner adds and the workload's value pass models) over numpy-ized episodes:
+  one 1-step episode (per call), 800 CartPole steps (per sample), 200 steps of 84x84x4 uint8 (per byte);
+* ``to_tensor_per_call_s`` / ``to_tensor_per_byte_s`` — ``NumpyToTensor`` on the built batch, small
+  and large (the slope between them);
+* ``driver_bookkeeping_s`` — the driver's handling of one EnvRunner result's metrics:
+  ``MetricsLogger.aggregate([metrics], key="env_runners")`` of a real ``SingleAgentEnvRunner``'s
+  ``get_metrics()`` after a 200-step CartPole sample (what ``synchronous_parallel_sample``'s caller
+  does per result, ``algorithms/algorithm.py``).
 
 Writes JSON (``--out``, default ``results/stock_primitives.json``) that
 :mod:`conduit.sim.params` quotes as the source of :class:`~conduit.sim.params.StockCosts`.
@@ -67,6 +78,74 @@ def _episode(steps: int, obs_shape: tuple[int, ...], dtype: str):
     return ep.to_numpy()
 
 
+def _connector_primitives(repeats: int) -> dict:
+    """The learner connector, ``NumpyToTensor`` and the driver's per-result metrics bookkeeping."""
+    import gymnasium as gym
+    import numpy as np
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.connectors.learner import NumpyToTensor
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    def episodes(n: int, steps: int, space: gym.Space, act: gym.Space) -> list:
+        rng = np.random.default_rng(0)
+        out = []
+        for _ in range(n):
+            obs = [space.sample() if space.dtype != np.uint8 else rng.integers(0, 255, space.shape, dtype=np.uint8)
+                   for _ in range(steps + 1)]
+            ep = SingleAgentEpisode(observations=obs, actions=[0] * steps, rewards=[1.0] * steps,
+                                    extra_model_outputs={"action_logp": [0.0] * steps,
+                                                         "action_dist_inputs": [np.zeros(act.n, np.float32)] * steps},
+                                    len_lookback_buffer=0, observation_space=space, action_space=act)
+            out.append(ep.to_numpy())
+        return out
+
+    act = gym.spaces.Discrete(6)
+    small = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    large = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    out: dict = {}
+    timings = {}
+    for name, space, n, steps in (("one", small, 1, 1), ("many", small, 4, 200), ("large", large, 4, 50)):
+        config = PPOConfig().environment(observation_space=space, action_space=act)
+        spec = config.get_default_rl_module_spec()
+        spec.observation_space, spec.action_space, spec.model_config = space, act, config.model_config
+        module = spec.build()
+        pipe = config.build_learner_connector(space, act)
+        pipe.remove("NumpyToTensor")
+        eps = episodes(n, steps, space, act)
+        reps = repeats if name != "large" else max(5, repeats // 5)
+        built = {}
+
+        def run(pipe=pipe, module=module, eps=eps, built=built):
+            built["batch"] = pipe(rl_module=module, batch={}, episodes=eps, shared_data={}, metrics=None)
+
+        timings[name] = (_cpu(run, reps), n * steps, n * steps * int(np.prod(space.shape)) * space.dtype.itemsize)
+        to_tensor = NumpyToTensor(as_learner_connector=True)
+        batch = built["batch"]
+        nbytes = sum(v.nbytes for v in batch.values() if hasattr(v, "nbytes"))
+        timings["tt_" + name] = (_cpu(lambda tt=to_tensor, m=module, b=batch: tt(rl_module=m, batch=dict(b), episodes=[]),
+                                      reps), 0, nbytes)
+    one, many, big = timings["one"], timings["many"], timings["large"]
+    per_sample = max(0.0, (many[0] - one[0]) / (many[1] - one[1]))
+    out["connector_per_call_s"] = one[0]
+    out["connector_per_sample_s"] = per_sample
+    out["connector_per_byte_s"] = max(0.0, (big[0] - one[0] - (big[1] - one[1]) * per_sample) / (big[2] - one[2]))
+    tt_small, tt_big = timings["tt_one"], timings["tt_large"]
+    out["to_tensor_per_byte_s"] = max(0.0, (tt_big[0] - tt_small[0]) / (tt_big[2] - tt_small[2]))
+    out["to_tensor_per_call_s"] = max(0.0, tt_small[0] - tt_small[2] * out["to_tensor_per_byte_s"])
+    out["connector_sizes"] = {k: {"cpu_s": v[0], "samples": v[1], "bytes": v[2]} for k, v in timings.items()}
+    # the driver's per-result metrics bookkeeping
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+    runner = SingleAgentEnvRunner(config=PPOConfig().environment("CartPole-v1"))
+    runner.sample(num_timesteps=200)
+    metrics = runner.get_metrics()
+    logger = MetricsLogger()
+    out["driver_bookkeeping_s"] = _cpu(lambda: logger.aggregate([metrics], key="env_runners"), repeats)
+    runner.stop()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/stock_primitives.json"))
@@ -96,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     out["buffer_sample_s"] = _cpu(lambda: buf.sample(num_items=32), args.repeats)
     sample256 = _cpu(lambda: buf.sample(num_items=256), args.repeats // 2)
     out["buffer_sample_per_item_s"] = max(0.0, (sample256 - out["buffer_sample_s"]) / 224)
+    # -- the learner connector, NumpyToTensor, the driver's per-result bookkeeping (no Ray needed)
+    out.update(_connector_primitives(args.repeats))
     # -- Ray: round trips, overlap, put/get
     with tempfile.TemporaryDirectory(prefix="cdt-prim-") as tmp:
         ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, object_store_memory=512 << 20,

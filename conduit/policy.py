@@ -103,6 +103,7 @@ class SchedulingPolicy(Protocol):
 
 Route = Literal["driver", "direct"]
 BatchBuild = Literal["per-batch", "per-chunk"]
+Deployment = Literal["enable", "target"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class PathSettings:
     split: int = 1
     target_chunk_bytes: float | None = None
     fragment_steps: int | None = None
+    deployment: Deployment = "target"
 
     def pieces(self, fragment_bytes: float, fragment_length: int | None = None) -> int:
         """Pieces a fragment of ``fragment_bytes`` (and ``fragment_length`` vector steps, when
@@ -158,6 +160,11 @@ class PathSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConduitError(f"path setting {name!r} must be an integer >= {minimum}, got {shown(value)}")
+        if self.deployment not in ("enable", "target"):
+            raise ConduitError(f"path setting 'deployment' must be 'enable' or 'target', got {shown(self.deployment)}")
+        if self.deployment == "enable" and self.route != "direct":
+            raise ConduitError("path setting deployment='enable' models the plane's direct route; "
+                               f"it needs route='direct', got route={shown(self.route)}")
         steps = self.fragment_steps
         if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
             raise ConduitError(f"path setting 'fragment_steps' must be an integer >= 1, got {shown(steps)}")

@@ -130,7 +130,7 @@ PAGEABLE, NVME, GHOST_TIER = "dram0:pageable", "nvme0:nvme", "nowhere:tier"
 DEPTH = 64  # the runtime's prefetch window: wider than any script (see the module doc)
 MAX_EVENTS = 30
 
-POLICIES = ("conduit", "all-gpu", "host-only", "janus", "nvme-hot-set",
+POLICIES = ("conduit", "conduit-target", "all-gpu", "host-only", "janus", "nvme-hot-set",
             "janus-gpu-co-so-g1", "janus-pinned-nco-nso-g2", "janus-pageable-co-so-g4")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from conduit.cli import conventions
 from conduit.errors import ConduitError
@@ -26,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "and DQN on CartPole-v1 and the 84x84x4 uint8 LargeObsEnv (in --json's 'workload')")
     cal.add_argument("--json", action="store_true",
                      help="print the raw measurements as one JSON object on stdout (YAML only to --out)")
+    cal.add_argument("--plane-json", metavar="FILE",
+                     help="also measure the plane's primitives (in-process ingest/deliver per call and per byte, "
+                          "a Ray PlaneActor round trip, memcpy) and write them as JSON to FILE: the simulator "
+                          "reads it with `conduit sim --plane-costs FILE`")
     conventions.add_progress_flag(cal, "progress bar or per-measurement lines")
     cal.set_defaults(handler=cmd_calibrate)
 
@@ -46,6 +51,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         cal.check_out_path(args.out)  # before minutes of measuring
+    if getattr(args, "plane_json", None) is not None:
+        cal.check_out_path(args.plane_json)
 
     log = logging.getLogger("conduit.calibrate")
     with conventions.progress_bar("calibrating", conventions.progress_enabled(args, json_silences=False),
@@ -62,6 +69,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             workloads = cal.default_workload_configs() if args.workloads else None
             text, measurements = cal.calibrate(args.out, quick=args.quick, ray=not args.no_ray,
                                                disk=not args.no_disk, progress=progress, workloads=workloads)
+            if getattr(args, "plane_json", None) is not None:
+                plane = cal.measure_plane(quick=args.quick, ray=not args.no_ray, progress=progress)
+                Path(args.plane_json).write_text(cal.to_json(plane) + "\n")
         except BrokenPipeError as exc:  # stdout is written below, so this is a helper process's pipe
             raise ConduitError(_helper_died(exc)) from None
     if args.json:
@@ -70,4 +80,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     if args.out is not None:
         print(f"calibrate: wrote {args.out}", file=sys.stderr)
+    if getattr(args, "plane_json", None) is not None:
+        print(f"calibrate: wrote {args.plane_json} (the plane's primitives)", file=sys.stderr)
     return 0

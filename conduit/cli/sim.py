@@ -4,7 +4,8 @@ Prints a readable summary by default, or with ``--json`` one JSON object (``metr
 metrics of docs/metrics.md, ``audit`` with ``violations``, and the ``provenance``, ``validity``,
 ``steady_state`` blocks and ``warnings`` of :mod:`conduit.sim.provenance`). ``--seeds N`` runs N seeds
 and reports means with 95% confidence intervals (:mod:`conduit.sim.seeds`); ``--sim-time`` replaces
-``--iterations``; ``--stock-costs FILE`` replaces the stock cost model's fields
+``--iterations``; ``--plane-costs FILE`` replaces Conduit's own costs (a ``conduit calibrate
+--plane-json`` file); ``--stock-costs FILE`` replaces the stock cost model's fields
 (:mod:`conduit.sim.cost_file`). Warnings go to stderr in the readable form. Exits 3 when the audit
 counts violations.
 """
@@ -51,13 +52,22 @@ def cmd_sim(args: argparse.Namespace) -> int:
         except ConduitError as exc:
             raise ConduitError(f"--stock-costs {exc}") from None
         stock_costs = str(args.stock_costs)
+    plane_costs = None
+    if getattr(args, "plane_costs", None) is not None:
+        from conduit.sim.cost_file import load_plane_costs
+
+        try:
+            load_plane_costs(args.plane_costs)  # refused here, naming the argument, before any run
+        except ConduitError as exc:
+            raise ConduitError(f"--plane-costs {exc}") from None
+        plane_costs = str(args.plane_costs)
     if args.seeds > 1 and args.trace:
         raise ConduitError("--trace writes one run's traces; it cannot be combined with --seeds above 1")
     if args.sim_time is not None and args.iterations is not None:
         raise ConduitError("--sim-time and --iterations are alternatives; give one of them")
     iterations = args.iterations if args.iterations is not None else DEFAULT_ITERATIONS
     run = {"iterations": iterations, "params": params, "overrides": overrides, "stock_costs": stock_costs,
-           "sim_time": args.sim_time}
+           "sim_time": args.sim_time, "plane_costs": plane_costs}
     if args.seeds > 1:
         from conduit.sim.seeds import simulate_seeds
 
@@ -191,6 +201,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stock-costs", type=Path, default=None, metavar="FILE",
                    help="YAML/JSON mapping of StockCosts fields (the rllib-stock cost model) to values; the "
                         "costs in force are echoed in the output's provenance")
+    p.add_argument("--plane-costs", type=Path, default=None, metavar="FILE",
+                   help="Conduit's own costs (PlaneCosts): a calibration from `conduit calibrate --plane-json FILE` "
+                        "or a YAML/JSON mapping of PlaneCosts fields; echoed in the output's provenance")
     p.add_argument("--json", action="store_true", help="print one JSON object (metrics per docs/metrics.md, audit)")
     p.add_argument("--trace", type=Path, help="chunk, update and tier traces: t.csv, t.updates.csv, t.tiers.csv")
     conventions.add_progress_flag(p)

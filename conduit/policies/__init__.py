@@ -2,6 +2,9 @@
 
 Registered names (``conduit policies list``):
 
+* ``conduit`` — Conduit as ``enable()`` deploys it (the simulator models the deployed runtime:
+  :mod:`conduit.sim.deployed`); ``conduit-target`` — the same policy as a design target (no
+  driver, free plane calls, HBM batches), a separately named variant, never the headline.
 * ``rllib-stock`` — the baseline: stock RLlib 2.60's path (through the driver, batch building after
   sampling, pageable copies, no prefetch), executed step by step by each backend.
 * ``host-only`` — experience stays in pageable host memory on the consumer's node and is copied to the
@@ -63,9 +66,10 @@ def rllib_stock() -> Policy:
 
 
 def register_builtins(registry: PolicyRegistry) -> None:
-    from conduit.policies.conduit_policy import conduit
+    from conduit.policies.conduit_policy import conduit, conduit_target
 
     registry.register(PolicyEntry("conduit", "policy", conduit, conduit.__doc__.strip()))
+    registry.register(PolicyEntry("conduit-target", "policy", conduit_target, conduit_target.__doc__.strip()))
     registry.register(PolicyEntry("rllib-stock", "policy", rllib_stock, rllib_stock.__doc__.strip()))
     registry.register(PolicyEntry("host-only", "policy", host_only, host_only.__doc__.strip()))
     registry.register(PolicyEntry("all-gpu", "policy", all_gpu, all_gpu.__doc__.strip()))

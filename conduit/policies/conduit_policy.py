@@ -26,6 +26,12 @@ capacity and never runs ahead of the contract (the plane only offers moves the c
 it (PPO's value function of version *k* is fixed while *k* samples) — pinned copies, streaming during
 sampling, the next batch prepared during the update, and fragments handed over in pieces of at most
 ``target_chunk_bytes`` so the last piece of an iteration has little left to do.
+
+**Two names, one policy.** ``conduit`` and ``conduit-target`` make the same decisions; they differ in
+how the simulator models the runtime around them (``PathSettings.deployment``). ``conduit`` is Conduit
+as ``enable()`` deploys it (:mod:`conduit.sim.deployed`: RLlib's driver loop kept, plane-actor round
+trips, copies into and out of host tiers, host batches) and is the headline; ``conduit-target`` is
+the design target above (no driver, free plane calls, HBM batches), never the headline.
 """
 
 from __future__ import annotations
@@ -217,25 +223,25 @@ def greedy_gap(chunks: Sequence[ChunkInfo], view, placement: BandwidthAwarePlace
     return total, optimum
 
 
-def conduit(target_chunk_bytes: float = 8e6, depth: int = 2, granularity: int = 1, headroom: float = 0.05) -> Policy:
-    """Conduit: bandwidth/capacity-aware placement, deadline scheduling, per-chunk batch building."""
+def _conduit(name: str, deployment: str, target_chunk_bytes: float, depth: int, granularity: int,
+             headroom: float, summary: str) -> Policy:
     try:
         size = parse_quantity(target_chunk_bytes, Kind.BYTES)  # a number of bytes, or "8 MB"
     except ConduitError as exc:
         raise ConduitError(f"target_chunk_bytes: {exc}") from None
     if not 0 < size < math.inf:
         raise ConduitError(f"target_chunk_bytes must be > 0, got {shown(target_chunk_bytes)}")
-    for name, value, minimum in (("depth", depth, 0), ("granularity", granularity, 1)):
+    for pname, value, minimum in (("depth", depth, 0), ("granularity", granularity, 1)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-            raise ConduitError(f"{name} must be an integer >= {minimum}, got {shown(value)}")
+            raise ConduitError(f"{pname} must be an integer >= {minimum}, got {shown(value)}")
     depth, granularity = int(depth), int(granularity)
     return Policy(
-        name="conduit",
+        name=name,
         placement=BandwidthAwarePlacement(headroom=headroom),
         scheduling=DeadlineScheduler(depth=depth),
         path=PathSettings(route="direct", batch_build="per-chunk", pinned=True, granularity=granularity,
                           overlap_collection=True, overlap_update=True, prefetch_depth=depth,
-                          target_chunk_bytes=size),
+                          target_chunk_bytes=size, deployment=deployment),
         params={"target_chunk_bytes": target_chunk_bytes, "depth": depth, "granularity": granularity,
                 "headroom": headroom},
         space=(
@@ -244,5 +250,22 @@ def conduit(target_chunk_bytes: float = 8e6, depth: int = 2, granularity: int = 
             Param("granularity", low=1, high=8, integer=True, log=True),
             Param("headroom", low=0.0, high=0.3),
         ),
-        summary="bandwidth/capacity-aware placement, deadline prefetch, per-chunk batch building",
+        summary=summary,
     )
+
+
+def conduit(target_chunk_bytes: float = 8e6, depth: int = 2, granularity: int = 1, headroom: float = 0.05) -> Policy:
+    """Conduit as enable() deploys it: bandwidth/capacity-aware placement, deadline scheduling, per-chunk
+    batch building; the simulator models the deployed runtime (RLlib's driver loop, plane-actor round
+    trips, host batches)."""
+    return _conduit("conduit", "enable", target_chunk_bytes, depth, granularity, headroom,
+                    "Conduit as enable() deploys it (the headline): plane actor, RLlib's driver loop kept, "
+                    "host batches")
+
+
+def conduit_target(target_chunk_bytes: float = 8e6, depth: int = 2, granularity: int = 1,
+                   headroom: float = 0.05) -> Policy:
+    """Conduit's design target (not deployed): the same policy with no driver loop, no plane-call costs
+    and batches placed in HBM; never the headline."""
+    return _conduit("conduit-target", "target", target_chunk_bytes, depth, granularity, headroom,
+                    "design target, not what enable() deploys: no driver, free plane calls, HBM batches")

@@ -21,6 +21,11 @@ Measured:
   one-CPU Ray instance started (and shut down) for the purpose;
 * ``h2d_pinned``/``h2d_pageable``/``d2h_pinned``/``d2h_pageable``/``d2d``: torch copies, only where
   ``torch.cuda.is_available()``. Nothing CUDA-related is written where there is no CUDA.
+* the plane's own primitives (:func:`measure_plane`, read by the simulator as
+  :class:`~conduit.sim.params.PlaneCosts`): ``plane_ingest`` / ``plane_deliver``, an in-process
+  :class:`~conduit.runtime.plane.ExperiencePlane`'s ``ingest`` and ``next_batch`` (+ release) of one
+  chunk per call, per call and per byte; ``plane_actor_call``, the round trip of a call to a Ray
+  ``PlaneActor`` (``PlaneCluster.set_policy_version``: no payload, no plane work), where Ray is present.
 
 :func:`topology_yaml` turns the measurements into an explicit-form topology with a header comment
 that states when, where and how each figure was measured.
@@ -516,6 +521,134 @@ def _measure_object_store(plan: _Plan, progress: Progress | None, host: dict[str
             else:
                 os.environ[key] = value
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- the plane's own primitives (PlaneCosts) ----------------------------------------------------------
+
+
+def _plane_sizes(quick: bool) -> list[int]:
+    return [4 * KiB, 64 * KiB, 1 * MiB] if quick else [4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB]
+
+
+def _measure_plane_inprocess(plan: _Plan) -> list[Measurement]:
+    """``ExperiencePlane.ingest`` and ``next_batch`` + ``release`` of one uint8 chunk per call, in
+    process (OnPolicy, one learner, a batch of exactly one chunk, pageable host tiers): the work a plane
+    actor does per call, without the Ray round trip."""
+    from conduit.contracts import OnPolicy
+    from conduit.runtime.plane import ExperiencePlane
+    from conduit.runtime.schema import Schema
+
+    sizes = _plane_sizes(plan.quick)
+    ingest_t: dict[int, list[float]] = {}
+    deliver_t: dict[int, list[float]] = {}
+    samples = 0
+    for size in sizes:
+        steps = 64
+        width = max(1, size // steps)
+        schema = Schema.of({"obs": ((width,), "uint8")})
+        payload = {"obs": np.full((steps, width), 7, dtype=np.uint8)}
+        caps = {"pageable": max(64 * MiB, 8 * size), "nvme": max(64 * MiB, 8 * size)}
+        reps = max(plan.min_rep, min(plan.max_rep // 4, int(plan.budget * 4 / max(size / 2e9, 1e-5))))
+        try:
+            plane = ExperiencePlane(schema, OnPolicy(), batch_steps=steps, policy="host-only", capacities=caps,
+                                    prefetch_depth=0)
+        except Exception as exc:  # noqa: BLE001 - record why; the simulator keeps its defaults
+            reason = f"could not build an in-process plane: {type(exc).__name__}: {exc}"
+            return [_failed("plane_ingest", reason), _failed("plane_deliver", reason)]
+        with plane:
+            for v in range(reps + 1):
+                t0 = time.perf_counter()
+                plane.ingest(payload, policy_version=v)
+                t1 = time.perf_counter()
+                batch = plane.next_batch(update=v, timeout=10)
+                batch.release()
+                t2 = time.perf_counter()
+                plane.set_policy_version(v + 1)
+                if v:  # the first call of a size warms its slots
+                    ingest_t.setdefault(size, []).append(t1 - t0)
+                    deliver_t.setdefault(size, []).append(t2 - t1)
+        samples += reps
+    out = []
+    for name, table, what in (("plane_ingest", ingest_t, "ExperiencePlane.ingest of one chunk (copy into a tier)"),
+                              ("plane_deliver", deliver_t,
+                               "ExperiencePlane.next_batch + release of a one-chunk batch (copy out)")):
+        medians = [statistics.median(table[s]) for s in sizes]
+        lat, bw, how = fit_latency_bandwidth(sizes, medians)
+        out.append(Measurement(name, bw, lat, samples, f"{what}, in process, host-only policy, OnPolicy; "
+                               f"{_span(sizes)}; median per size, {how}", list(sizes), medians))
+    return out
+
+
+def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> Measurement:
+    """The round trip of one call to a Ray ``PlaneActor`` that does no plane work
+    (``PlaneCluster.set_policy_version``), on a local one-CPU Ray started for the purpose."""
+    name = "plane_actor_call"
+    try:
+        import ray
+    except Exception as exc:  # noqa: BLE001 - any import failure means "no Ray here"
+        return _failed(name, f"ray is not importable ({type(exc).__name__}: {exc})")
+    import logging as _logging
+
+    from conduit.contracts import OnPolicy
+    from conduit.runtime.ray_plane import PlaneCluster
+
+    own = not ray.is_initialized()
+    tmp = tempfile.mkdtemp(prefix="rcalp-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    cluster = None
+    try:
+        if own:
+            try:
+                ray.init(num_cpus=1, include_dashboard=False, _temp_dir=tmp, object_store_memory=128 * MiB,
+                         log_to_driver=False, logging_level=_logging.WARNING)
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                return _failed(name, f"Ray failed to start: {type(exc).__name__}: {exc}")
+        cluster = PlaneCluster.start({"x": "float32"}, OnPolicy(), batch_steps=8, learners={"l": "local"},
+                                     capacities={"pageable": 8 * MiB, "nvme": 8 * MiB},
+                                     actor_options={"num_cpus": 0})
+        reps = 30 if plan.quick else 300
+        times = []
+        for v in range(reps + 5):
+            t0 = time.perf_counter()
+            cluster.set_policy_version(v)
+            if v >= 5:
+                times.append(time.perf_counter() - t0)
+        lat = statistics.median(times)
+        # a control call carries no payload: no per-byte term (a nominal, effectively infinite bandwidth)
+        return Measurement(name, 1e18, lat, reps,
+                           "PlaneCluster.set_policy_version on a local PlaneActor (a control call: no payload, "
+                           "no plane work), wall time, median; latency is the round trip, no per-byte term",
+                           [0], [lat])
+    except Exception as exc:  # noqa: BLE001 - record why
+        return _failed(name, f"{type(exc).__name__}: {exc}")
+    finally:
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.shutdown()
+        if own:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure_plane(quick: bool = False, ray: bool = True, progress: Progress | None = None) -> Measurements:
+    """The plane's primitives (see the module docstring), plus ``memcpy`` (an EnvRunner packing
+    columns): what :func:`conduit.sim.cost_file.load_plane_costs` turns into
+    :class:`~conduit.sim.params.PlaneCosts`. ``ray=False`` skips the actor round trip."""
+    plan = _plan(quick)
+    out = Measurements(host=host_facts())
+    for m in (_measure_memcpy(plan), *_measure_plane_inprocess(plan)):
+        out[m.name] = _report(progress, m)
+    if ray:
+        out["plane_actor_call"] = _report(progress, _measure_plane_actor(plan, out.host))
+    return out
 
 
 # --- CUDA ---------------------------------------------------------------------------------------------------

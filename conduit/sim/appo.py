@@ -53,12 +53,14 @@ class AppoLoop:
         learners = self.layout.learners
         self._appo_any = _Notifier(self.env)  # any queue changed (stock runners' backpressure)
         queues = {lr.id: _ReadyQueue(self.env, self._appo_any) for lr in learners}
+        self._appo_queues = queues
         self._package: list[tuple[RunnerRole, Chunk]] = []  # stock: references waiting for a package
         self._runner_version = {r.id: 0 for r in self.layout.runners}
         self._stop = False
         self._stock_pending = 0  # stock: chunks created, not yet in a learner's queue
+        runner_loop = self.deployed_appo_runner if self.deployed else self.appo_runner
         for r in self.layout.runners:
-            self.env.process(self.appo_runner(r, queues))
+            self.env.process(runner_loop(r, queues))
         t_free = {lr.id: 0.0 for lr in learners}
         reuse: dict[str, deque] = {lr.id: deque() for lr in learners}
         uses: dict[int, int] = {}
@@ -207,6 +209,14 @@ class AppoLoop:
         self._stock_pending -= 1
         queue.put(chunk.id)
 
+    def _fresh_allowed(self, lr: LearnerRole) -> bool:
+        """Whether the learner may take another fresh chunk. Conduit as deployed: a plane batch enters
+        the learner's circular buffer only through a driver ``update`` call (one batch per call, see
+        :meth:`~conduit.sim.deployed.DeployedRoute.deployed_appo_fetch`); reuse is not gated."""
+        if not self.deployed:
+            return True
+        return self._deployed_fresh[lr.id] < self._deployed_calls[lr.id] * self.workload.chunks_per_batch
+
     def appo_gather(self, lr: LearnerRole, k: int, queue, reuse: deque, uses: dict) -> Generator:
         """Assemble update k's batch: fresh chunks within the lag bound first; when none is ready,
         reuse buffered chunks (circular buffer) up to ``max_reuse``; otherwise wait."""
@@ -214,8 +224,10 @@ class AppoLoop:
         batch: list[int] = []
         waiting = False
         while len(batch) < w.chunks_per_batch:
-            while queue.items and len(batch) < w.chunks_per_batch:
+            while queue.items and len(batch) < w.chunks_per_batch and self._fresh_allowed(lr):
                 cid = queue.items.popleft()
+                if self.deployed:
+                    self._deployed_fresh[lr.id] += 1
                 queue.notify()
                 if self.rules.stale_on_arrival(self._chunks[cid].policy_version, next_update=k, current=k):
                     self.auditor.dropped(cid, self.env.now, "stale")
@@ -236,7 +248,9 @@ class AppoLoop:
                     self.view.learner_waiting(lr)
                     waiting = True
                 yield queue.changed()
-        if self.path.route == "direct" and self.path.batch_build == "per-batch":
+        if self.deployed:  # the prefetch thread's next_batch of the fresh chunks, then the pipeline
+            yield from self.deployed_appo_fetch(lr, [c for c in batch if uses.get(c, 0) == 0])
+        elif self.path.route == "direct" and self.path.batch_build == "per-batch":
             yield from self._build_batch_on_learner(lr, batch)
             for cid in batch:
                 if math.isnan(self.rec.chunks[cid].t_ready):

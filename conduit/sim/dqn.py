@@ -45,6 +45,8 @@ class DqnLoop:
     def dqn_loop(self) -> Generator:
         if self.path.route == "driver":
             yield from self.stock_dqn()
+        elif self.deployed:
+            yield from self.deployed_dqn()
         else:
             yield from self.plane_dqn()
 

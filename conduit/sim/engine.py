@@ -37,6 +37,7 @@ from conduit.plane import Arbiter, ChunkLedger, Rejections, rules_for
 from conduit.policy import ChunkInfo, Policy
 from conduit.sim.appo import AppoLoop
 from conduit.sim.cluster import ClusterLayout, LearnerRole, RunnerRole, lay_out
+from conduit.sim.deployed import MULTI_LEARNER_WARNING, DeployedRoute
 from conduit.sim.direct import DirectRoute
 from conduit.sim.dqn import DqnLoop
 from conduit.sim.metrics import ChunkTrace, Recorder
@@ -123,7 +124,7 @@ class SimResult:
         return to_frame(self.to_rows(kind))
 
 
-class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
+class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
     """One simulated training run. ``run()`` returns a :class:`SimResult`.
 
     ``memoize_view=False`` makes the policy's :class:`~conduit.sim.view.SimClusterView` recompute
@@ -143,18 +144,32 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         progress: Callable[[int, int], None] | None = None,
         memoize_view: bool = True,
         stock_source: str | None = None,
+        plane_source: str | None = None,
     ):
         if iterations < 1:
             raise ConduitError(f"iterations must be >= 1, got {iterations}")
         self.path = policy.path
         self.layout: ClusterLayout = lay_out(topology, workload)
         workload = auto_fragment(workload, len(self.layout.runners), len(self.layout.learners))
-        pieces = self.path.pieces(workload.chunk_bytes, workload.fragment_length)
-        if pieces > 1:
-            workload = split_fragments(workload, pieces)
+        if plane is None:
+            from conduit.sim.cost_file import default_plane_costs
+
+            plane, taken = default_plane_costs()
+            files = sorted({v.split(": ")[0] for v in taken.values()})
+            plane_source = plane_source or (f"built-in: measured in {files[0]}" if files else None)
+        self.stock, self.plane = stock or StockCosts(), plane
+        self.plane_source = plane_source
+        #: Conduit as enable() deploys it (:mod:`conduit.sim.deployed`), not the design target
+        self.deployed = self.path.route == "direct" and self.path.deployment == "enable"
+        if self.deployed:
+            if workload.algorithm == "ppo":  # enable()'s chunk_steps: full sampler calls of ~1/8 fragment
+                workload = deployed_pieces(workload, self.plane.ppo_pieces)
+        else:
+            pieces = self.path.pieces(workload.chunk_bytes, workload.fragment_length)
+            if pieces > 1:
+                workload = split_fragments(workload, pieces)
         self.topology, self.workload, self.policy = topology, workload, policy
         self.iterations, self.seed = iterations, seed
-        self.stock, self.plane = stock or StockCosts(), plane or PlaneCosts()
         self.stock_source = stock_source  # where ``stock`` came from (a --stock-costs file), for the provenance
         self.progress = progress
         self.env = simpy.Environment()
@@ -175,6 +190,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         }
         self.ledger = TierLedger(self.env, topology)
         self.contract = workload.contract(runners=len(self.layout.runners))
+        if self.deployed and workload.algorithm == "dqn":
+            self.contract = deployed_replay_contract(self.contract, workload, len(self.layout.runners))
         self.auditor = Auditor(self.contract, tier_capacities={k: int(v) for k, v in self.ledger.capacity.items()})
         self.rules = rules_for(self.contract)
         self.rejections = Rejections()
@@ -183,6 +200,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
         self.rec = Recorder()
         self.view = SimClusterView(self, memoize=memoize_view)
         self.driver_thread = FifoServer(self.env, 1)
+        if self.deployed:
+            self._deployed_setup()
         #: the stock route's driver-side calls by kind (``sample_result``, ``update_call``,
         #: ``buffer_add``, ``buffer_sample``, ``round``, ``package``): what its loops did, countable
         self.stock_calls: Counter[str] = Counter()
@@ -354,6 +373,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
             for (u, v), s in self.network.link_stats().items() if s.bytes > 0
         }
         top = dict(sorted(link_util.items(), key=lambda kv: -kv[1])[:20])
+        valid = validity(self)
+        if self.deployed and len(self.layout.learners) > 1:
+            valid.setdefault("warnings", []).append(MULTI_LEARNER_WARNING)
         return SimResult(
             topology=self.topology.name, workload=self.workload, policy=self.policy, seed=self.seed,
             iterations=self.iterations, metrics=metrics, segments=self.rec.segment_means(self._warmup()),
@@ -363,7 +385,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute):
             gpu_busy={d: c.busy_seconds for d, c in self.compute.items()},
             sim_time=self.env.now, events=_scheduled_events(self.env), tier_trace=self.ledger.trace,
             rejections=self.rejections.to_dict(),
-            provenance=provenance(self, self.stock_source), validity=validity(self),
+            provenance=provenance(self, self.stock_source), validity=valid,
             steady_state=steady_state(self, self._warmup()),
         )
 
@@ -470,6 +492,29 @@ def split_fragments(workload: Workload, split: int) -> Workload:
     return replace(workload, fragment_length=max(1, workload.fragment_length // pieces),
                    runner_call_overhead=workload.runner_call_overhead / pieces,
                    chunks_per_batch=workload.chunks_per_batch * pieces)  # APPO batches keep their steps
+
+
+def deployed_replay_contract(contract, workload: Workload, runners: int):
+    """The Replay contract ``enable()`` declares (``conduit/runtime/rllib/plan.py``): the same capacity,
+    ratio and warm-up, with the rate band's half-width ``max(1, ratio) * max(min_size, batch, 4 x the
+    steps one sampling round brings)`` -- wider than the simulator's default band, so a learner may
+    draw ahead of inserts still sitting in an EnvRunner's coalescing window."""
+    from dataclasses import replace
+
+    steps = runners * workload.fragment_length * workload.envs_per_runner
+    band = max(1.0, workload.replay_ratio) * max(workload.min_size, workload.batch_size, steps * 4)
+    return replace(contract, error_buffer=band)
+
+
+def deployed_pieces(workload: Workload, pieces: int) -> Workload:
+    """PPO under ``enable()``: each fragment is sampled as about ``pieces`` stock sampler calls of
+    ``chunk_steps`` (``conduit/runtime/rllib/plan.py``: ``ceil(fragment / 8 / num_envs) * num_envs`` env
+    steps), each a full call that pays ``runner_call_overhead`` (``env_runner.py: sample`` calls the
+    stock sampler once per sub-chunk); pieces stay equal (the smallest divisor at or above the request)."""
+    from dataclasses import replace
+
+    split = split_fragments(workload, pieces)
+    return replace(split, runner_call_overhead=workload.runner_call_overhead)
 
 
 def _scheduled_events(env: simpy.Environment) -> int:

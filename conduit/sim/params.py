@@ -26,13 +26,22 @@ the shared machine do not inflate them). The parameter -> field of that file:
   ``buffer_sample_per_item_s`` (149 us) and ``buffer_sample_per_call`` = ``buffer_sample_s`` less 32
   items (0.51 ms): ``EpisodeReplayBuffer.sample(num_items=n)`` builds one episode per item.
 
-Not yet from a microbenchmark (named here so that a reader knows which figures are still borrowed):
-``connector_*``, ``to_tensor_*`` and ``driver_bookkeeping`` restate the learner-connector (*c*),
-``NumpyToTensor`` (*d*) and bookkeeping (*a2*) segments of ``shared/reference/rllib-2.60-stock-cpu.md``
--- component timings, but from the same runs :mod:`conduit.sim.calibration` compares against, so
-that comparison is in-sample for these three. ``local_call_overhead`` (a Python method call on a
-local learner, 0.058 ms) is the reference's DQN *b*. The old ``driver_loop_overhead`` (2.98 ms per
-DQN step that the reference's hooks could not attribute: a residual of an end-to-end run) is gone.
+* ``connector_per_call`` = ``connector_per_call_s`` (0.113 ms), ``connector_per_sample`` =
+  ``connector_per_sample_s`` (2.0 us), ``connector_per_byte`` = ``connector_per_byte_s`` (0.195 ns):
+  RLlib's default learner connector pipeline (``AlgorithmConfig.build_learner_connector``, without
+  ``NumpyToTensor`` and without PPO's GAE) over numpy-ized episodes, three sizes (CPU time);
+* ``to_tensor_per_call`` = ``to_tensor_per_call_s`` (0.121 ms), ``to_tensor_per_byte`` =
+  ``to_tensor_per_byte_s`` (0.35 ps): ``NumpyToTensor`` on the built batch (CPU time);
+* ``driver_bookkeeping`` = ``driver_bookkeeping_s`` (0.672 ms): ``MetricsLogger.aggregate`` of one
+  real ``SingleAgentEnvRunner``'s ``get_metrics()`` (CPU time), the driver's work per EnvRunner result.
+
+Until this change ``connector_*``, ``to_tensor_*`` and ``driver_bookkeeping`` restated segments *c*,
+*d* and *a2* of ``shared/reference/rllib-2.60-stock-cpu.md`` (0.983 ms + 0.9 us/sample + 0.324
+ns/B, 0.128 ms + 3 ps/B, 0.35 ms): in-sample for the comparison :mod:`conduit.sim.calibration` makes.
+Every measured figure now comes from a microbenchmark. ``local_call_overhead`` (a Python method call
+on a local learner, 0.058 ms) is still the reference's DQN *b*. The old ``driver_loop_overhead``
+(2.98 ms per DQN step that the reference's hooks could not attribute: a residual of an end-to-end
+run) is gone.
 
 CPU costs are per core of the reference VM. On cluster topologies they are divided by the node's
 ``cpu_speed`` attribute (default 1.0: a Sapphire Rapids or EPYC core is about as fast per thread as
@@ -66,6 +75,12 @@ STOCK_SOURCES: dict[str, tuple[str, str]] = {
     "buffer_add_per_step": ("buffer_add_per_step_s", "as measured"),
     "buffer_sample_per_item": ("buffer_sample_per_item_s", "as measured"),
     "buffer_sample_per_call": ("buffer_sample_s", "less 32 x buffer_sample_per_item_s"),
+    "connector_per_call": ("connector_per_call_s", "as measured"),
+    "connector_per_sample": ("connector_per_sample_s", "as measured"),
+    "connector_per_byte": ("connector_per_byte_s", "as measured"),
+    "to_tensor_per_call": ("to_tensor_per_call_s", "as measured"),
+    "to_tensor_per_byte": ("to_tensor_per_byte_s", "as measured"),
+    "driver_bookkeeping": ("driver_bookkeeping_s", "as measured"),
 }
 
 
@@ -84,12 +99,12 @@ class StockCosts:
     put_per_call: float = 1.099e-3
     get_per_object: float = 0.2852e-3
     deserialize_bandwidth: float = math.inf
-    driver_bookkeeping: float = 0.35e-3
-    connector_per_call: float = 0.983e-3
-    connector_per_sample: float = 0.9e-6
-    connector_per_byte: float = 0.324e-9
-    to_tensor_per_call: float = 0.128e-3
-    to_tensor_per_byte: float = 3.0e-12
+    driver_bookkeeping: float = 0.6720e-3
+    connector_per_call: float = 0.1128e-3
+    connector_per_sample: float = 2.006e-6
+    connector_per_byte: float = 0.1953e-9
+    to_tensor_per_call: float = 0.1207e-3
+    to_tensor_per_byte: float = 0.3517e-12
     buffer_add_per_call: float = 0.6124e-3
     buffer_add_per_step: float = 2.923e-6
     buffer_sample_per_call: float = 0.5082e-3
@@ -129,15 +144,67 @@ class StockCosts:
         return self.to_tensor_per_call + nbytes * self.to_tensor_per_byte
 
 
+#: the microbenchmark file every measured :class:`PlaneCosts` default comes from (``conduit calibrate
+#: --plane-json FILE`` writes one; :func:`conduit.sim.cost_file.load_plane_costs` reads it)
+PLANE_PRIMITIVES_FILE = "benchmarks/plane_primitives.2core-vm.json"
+#: PlaneCosts field -> (measurement of :data:`PLANE_PRIMITIVES_FILE`, which figure of it)
+PLANE_SOURCES: dict[str, tuple[str, str]] = {
+    "call_round_trip": ("plane_actor_call", "latency: a PlaneActor call with no payload, wall, caller to reply"),
+    "ingest_per_call": ("plane_ingest", "latency: in-process ExperiencePlane.ingest, per call"),
+    "ingest_copy_bandwidth": ("plane_ingest", "bandwidth: in-process ExperiencePlane.ingest, per byte"),
+    "deliver_per_call": ("plane_deliver", "latency: in-process ExperiencePlane.next_batch + release, per call"),
+    "deliver_copy_bandwidth": ("plane_deliver", "bandwidth: in-process next_batch's copy out, per byte"),
+    "pack_bandwidth": ("memcpy", "bandwidth: one-thread numpy copy (an EnvRunner packing its columns)"),
+}
+
+
 @dataclass(frozen=True)
 class PlaneCosts:
-    """Conduit's own per-chunk costs."""
+    """Conduit's own costs: the plane's primitives as ``conduit calibrate`` measures them.
 
-    #: columnar write of a chunk into a preallocated staging slot: one memcpy, single core
-    #: (~10 GB/s per core for large copies on DDR4/DDR5 servers; our measurement class, see
-    #: benchmarks/ in the runtime issue)
-    ingest_copy_bandwidth: float = 10e9
-    #: fixed cost of one ingest call (slot reservation, metadata, audit event)
-    ingest_per_call: float = 20e-6
-    #: sampling a replay batch on the device: an index gather; fixed cost of the kernel launches
+    The measured fields (:data:`PLANE_SOURCES`) default to :data:`PLANE_PRIMITIVES_FILE`, measured on
+    the 2-core development VM; ``conduit sim --plane-costs FILE`` (a calibration JSON or a mapping of
+    these fields, :mod:`conduit.sim.cost_file`) replaces them. No end-to-end figure feeds any of them.
+
+    The rest are **runtime settings**, not costs: ``enable()``'s defaults, restated so the simulator
+    does not import the runtime (``tests/test_sim_deployed.py`` checks they equal the runtime's):
+    ``inline_bytes`` (``enable(inline_bytes=)``, chunks below it travel inside the call),
+    ``coalesce_s`` and ``max_coalesced_calls`` (``enable(coalesce_s=)``, DQN/SAC: an EnvRunner's
+    sender gathers sample calls for that long, at most :data:`~conduit.runtime.rllib.env_runner.MAX_IN_FLIGHT`
+    of them), ``max_in_flight`` (unacknowledged chunks per EnvRunner before ``sample()`` waits),
+    ``ppo_pieces`` (PPO's default ``chunk_steps``: about 1/8 of a fragment, ``plan.py``), and
+    ``return_inline_bytes`` (Ray returns a smaller actor result inside the reply, a larger one
+    through the object store: Ray's ``max_direct_call_object_size``, 100 KiB).
+
+    ``device_sample_per_call`` is the design target's on-device replay gather (``conduit-target``
+    only; the deployed runtime has no device tier under ``enable()``): an assumption, not measured.
+    """
+
+    # the measured fields restate PLANE_PRIMITIVES_FILE (4 significant digits; the file is not in an
+    # installed wheel, so the defaults must carry it; tests/test_sim_deployed.py checks they agree)
+    call_round_trip: float = 1.118e-3
+    ingest_per_call: float = 148.2e-6
+    ingest_copy_bandwidth: float = 6.256e9
+    deliver_per_call: float = 262.1e-6
+    deliver_copy_bandwidth: float = 5.929e9
+    pack_bandwidth: float = 1.318e9
+    inline_bytes: float = 256 * 1024
+    coalesce_s: float = 0.1
+    max_coalesced_calls: int = 16
+    max_in_flight: int = 16
+    ppo_pieces: int = 8
+    return_inline_bytes: float = 100 * 1024
     device_sample_per_call: float = 50e-6
+
+    def scaled(self, factor: float) -> PlaneCosts:
+        """Every measured cost multiplied by ``factor`` (times up, bandwidths down); settings kept.
+        ``factor=0`` makes the plane's calls and copies free (the design target's assumption)."""
+        from dataclasses import replace
+
+        inf = math.inf
+        return replace(self, call_round_trip=self.call_round_trip * factor,
+                       ingest_per_call=self.ingest_per_call * factor,
+                       deliver_per_call=self.deliver_per_call * factor,
+                       ingest_copy_bandwidth=self.ingest_copy_bandwidth / factor if factor else inf,
+                       deliver_copy_bandwidth=self.deliver_copy_bandwidth / factor if factor else inf,
+                       pack_bandwidth=self.pack_bandwidth / factor if factor else inf)

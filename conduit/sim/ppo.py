@@ -68,10 +68,14 @@ class PpoLoop:
             self.version = k
             t0 = self.env.now
             state = _PpoIteration(self, k, learners, expected)
-            procs = [self.env.process(self.ppo_runner(r, plan[r.id], state)) for r in runners]
+            runner_loop = self.deployed_ppo_runner if self.deployed else self.ppo_runner
+            procs = [self.env.process(runner_loop(r, plan[r.id], state)) for r in runners]
             if self.path.route == "driver":
                 self.env.process(self.stock_ppo_driver(state, procs))
-            batch_ready = [self.env.process(self.ppo_learner_batch(lr, state)) for lr in learners]
+            elif self.deployed:
+                self.env.process(self.deployed_ppo_driver(state))
+            learner_batch = self.deployed_ppo_learner_batch if self.deployed else self.ppo_learner_batch
+            batch_ready = [self.env.process(learner_batch(lr, state)) for lr in learners]
             yield simpy.AllOf(self.env, procs)
             self.rec.span(k, "sampling", t0, state.t_sampling_done)
             yield simpy.AllOf(self.env, batch_ready)
@@ -82,7 +86,9 @@ class PpoLoop:
                 # through the driver, a learner's shard exists only once the driver holds the whole
                 # sample: every learner needs the iteration's last chunk (a conservative reading
                 # for the baseline: it never charges stock for other runners' sampling)
-                needed = state.t_sampling_done if self.path.route == "driver" else state.last_created[lr.id]
+                # (Conduit as deployed too: RLlib's driver calls update only after every runner's ticket)
+                through_driver = self.path.route == "driver" or self.deployed
+                needed = state.t_sampling_done if through_driver else state.last_created[lr.id]
                 updates.append(UpdateTrace(k, lr.id, state.samples[lr.id], t_free[lr.id],
                                            needed, ready, t_update, math.nan))
                 self.auditor.delivered(k, [(c, range(w.chunk_steps)) for c in state.assigned[lr.id]], ready,
@@ -298,6 +304,12 @@ class _PpoIteration:
         self.sampling_done = env.event()
         self.t_sampling_done = math.nan
         self.runner_chunks = {r.id: [] for r in sim.layout.runners}
+        # Conduit as deployed: chunks landed in the plane and not yet streamed, per learner; the
+        # driver's update call reaching each learner
+        self.env = env
+        self.landed: dict[str, list[int]] = {lr.id: [] for lr in learners}
+        self._landed_event: dict[str, simpy.Event] = {}
+        self.update_call = {lr.id: env.event() for lr in learners}
         self.runner_done_event = {r.id: env.event() for r in sim.layout.runners}
         self._runners_left = len(sim.layout.runners)
         for lr in learners:
@@ -311,6 +323,18 @@ class _PpoIteration:
         self.last_created[lr.id] = max(self.last_created[lr.id], chunk.t_created)
         if len(self.assigned[lr.id]) == self.expected[lr.id]:
             self.all_created[lr.id].succeed()
+
+    def deployed_landed(self, lr: LearnerRole, cid: int) -> None:
+        self.landed[lr.id].append(cid)
+        event = self._landed_event.pop(lr.id, None)
+        if event is not None:
+            event.succeed()
+
+    def landed_event(self, lr: LearnerRole) -> simpy.Event:
+        event = self._landed_event.get(lr.id)
+        if event is None:
+            event = self._landed_event[lr.id] = self.env.event()
+        return event
 
     def runner_done(self, runner_id: str, t: float) -> None:
         self.runner_done_event[runner_id].succeed()

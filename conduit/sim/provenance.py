@@ -87,7 +87,8 @@ def provenance(sim: Simulation, stock_source: str | None = None) -> dict[str, An
         "cost_parameters": {
             "stock": {"source": stock_source or "built-in defaults (conduit/sim/params.py StockCosts)",
                       "values": {f.name: getattr(sim.stock, f.name) for f in fields(sim.stock)}},
-            "plane": {"source": "built-in defaults (conduit/sim/params.py PlaneCosts)",
+            "plane": {"source": getattr(sim, "plane_source", None)
+                      or "built-in defaults (conduit/sim/params.py PlaneCosts)",
                       "values": {f.name: getattr(sim.plane, f.name) for f in fields(sim.plane)}},
         },
         "libraries": {"python": platform.python_version(), "numpy": np.__version__, "simpy": simpy.__version__,

@@ -75,7 +75,7 @@ def run_for_sim_time(make, sim_time: float):
 
 def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iterations: int = 10, seed: int = 0,
              params: dict | None = None, progress=None, overrides: dict | None = None,
-             stock_costs: Any = None, sim_time: float | None = None):
+             stock_costs: Any = None, sim_time: float | None = None, plane_costs: Any = None):
     """Run one simulation; every argument may be a name, a path or an object. Public as ``conduit.simulate``.
 
     ``overrides`` replaces workload fields (``{"runners_per_gpu": 4}``; text such as ``"2 ms"`` is typed
@@ -90,11 +90,13 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
 
     ``stock_costs``: the stock cost model, as a YAML/JSON file path, a mapping of
     :class:`~conduit.sim.params.StockCosts` fields, or a ``StockCosts`` (:mod:`conduit.sim.cost_file`;
-    echoed in the result's provenance). ``sim_time``: simulated seconds of steady state to cover,
+    echoed in the result's provenance). ``plane_costs``: Conduit's own costs, likewise (a calibration
+    JSON from ``conduit calibrate --plane-json``, a mapping of :class:`~conduit.sim.params.PlaneCosts`
+    fields, or a ``PlaneCosts``). ``sim_time``: simulated seconds of steady state to cover,
     instead of ``iterations`` (:func:`run_for_sim_time`). The result carries ``provenance``,
     ``validity`` and ``steady_state`` blocks and their ``warnings`` (:mod:`conduit.sim.provenance`)."""
     from conduit.registry import create_policy
-    from conduit.sim.cost_file import resolve_stock_costs
+    from conduit.sim.cost_file import resolve_plane_costs, resolve_stock_costs
     from conduit.sim.engine import Simulation
     from conduit.sim.workload import load_workload
     from conduit.topology import Topology, load_topology
@@ -102,6 +104,7 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
     check_run_arguments(iterations, seed)
     sim_time = check_sim_time(sim_time)
     stock, stock_source = resolve_stock_costs(stock_costs)
+    plane, plane_source = resolve_plane_costs(plane_costs)
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     from conduit.progress_display import resolve_progress
     from conduit.sim.workload_fields import apply_overrides
@@ -119,7 +122,7 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
 
     def make(n: int) -> Simulation:
         return Simulation(topo, wl, pol, iterations=n, seed=seed, progress=progress, stock=stock,
-                          stock_source=stock_source)
+                          stock_source=stock_source, plane=plane, plane_source=plane_source)
 
     if sim_time is not None:
         return run_for_sim_time(make, sim_time)

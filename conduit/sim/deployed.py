@@ -1,0 +1,646 @@
+"""Conduit as ``enable()`` deploys it: the plane actor, RLlib's driver loop, host batches.
+
+The policy named ``conduit`` (``PathSettings.deployment == "enable"``) is simulated as the RLlib
+integration runs today (``conduit/runtime/rllib/``, docs/rllib.md), step by step; the design target
+without these costs is the separately named ``conduit-target`` (:mod:`conduit.sim.direct`).
+
+**What stays of RLlib's control path.** RLlib's own ``training_step`` still runs in the driver and
+still calls every EnvRunner and learner (``enable()`` replaces no RLlib code):
+
+* every ``sample()`` is still a ``foreach_actor`` round trip; the EnvRunner returns a placeholder
+  (PPO: one zero-step *ticket* episode per call; APPO/IMPALA/DQN/SAC: ``[]``), so the driver pays
+  ``rpc_driver_cpu`` per result, PPO a get and one episode's unpickling, APPO its bookkeeping
+  (``env_runner.py: ConduitEnvRunnerMixin.sample``);
+* ``LearnerGroup.update`` is still called per update with the placeholders (PPO: the tickets,
+  pickled as the call's argument; APPO: empty references; DQN: the replay ticket returned by the
+  control-path buffer ``replay_buffer.py: ConduitEpisodeReplayBuffer``, whose ``add([])`` and
+  ``sample()`` are plain calls), so a learner update cannot start before the driver's call arrives;
+* DQN keeps its **per-step sample RPC**: one synchronous ``sample()`` round per env step (with
+  ``rollout_fragment_length=1``), then ``replay_ratio`` updates, then the weight sync
+  (``dqn.py: DQN._training_step_new_api_stack``): the iteration is never shorter than that round.
+
+**The plane actor** (``ray_plane.py: PlaneActor``): one per learner node, a Ray actor whose Python
+thread (one GIL) does every ingest and delivery of its node's learners on a core of that node. A
+call costs its caller ``rpc_driver_cpu`` of CPU, then ``call_round_trip`` (less that CPU) of latency,
+half each way, plus the actor's own work (:class:`~conduit.sim.params.PlaneCosts`, measured by
+``conduit calibrate``).
+
+* **Ingest** (``env_runner.py: _Sender._send`` -> ``PlaneCluster.ingest_async`` -> ``PlaneActor.ingest``
+  -> ``ExperiencePlane.ingest``): on the EnvRunner's process (its one Python thread, shared with
+  sampling), the sender packs the episodes into columns (a copy at ``pack_bandwidth``) and, for a
+  chunk of ``inline_bytes`` or more, ``ray.put``\\ s it (``StockCosts.put_per_call`` + bytes at
+  ``serialize_bandwidth``); the bytes cross to the learner's node; the actor gets the reference
+  (``get_per_object``: zero-copy) and copies the chunk into a host tier (``ingest_per_call`` + bytes at
+  ``ingest_copy_bandwidth``). At most ``max_in_flight`` chunks per EnvRunner are unacknowledged;
+  beyond that ``sample()`` waits. DQN's sender coalesces sample calls for ``coalesce_s`` (at most
+  ``max_coalesced_calls``) into one call.
+* **Placement**: ``enable()`` registers the learner as a CPU learner (docs/rllib.md, "GPU learners get
+  host batches"), so the plane's tiers are the learner node's host memory: a chunk lands in its pinned
+  tier while it has room, else in its pageable tier (a stand-in for the policy's choice among those host
+  tiers, which this model does not consult: stated here so a reader can question it). No batch is
+  placed in HBM.
+* **Delivery** (``PlaneCluster.next_batch`` / ``peek`` -> ``PlaneActor.next_batch``): the actor copies
+  the rows out (``deliver_per_call`` + bytes at ``deliver_copy_bandwidth``); a result of
+  ``return_inline_bytes`` or more goes back through the object store (the actor's ``ray.put``, the
+  learner's zero-copy get).
+* **At update start** the learner rebuilds episodes and RLlib's learner connector runs over the whole
+  batch (``StockCosts.connector``; PPO's ``StreamedGAE`` only skips the value forward pass), then
+  ``NumpyToTensor`` and a pageable host-to-device copy (``learner.py: ConduitLearnerMixin.update``).
+  DQN's transition batches skip the connector (``delivery.py: DirectReplay``), not the to-tensor.
+
+**Per algorithm.** PPO streams each fragment in ``ppo_pieces`` sub-chunks, each a full stock
+sampler call (``runner_call_overhead`` each); the learner's value stream (``values.py: ValueStream``)
+peeks what landed and runs the value pass while sampling goes on; at update start it takes delivery
+of the rest (a round trip). APPO/IMPALA: one chunk per sample call; the learner's prefetch thread
+fetches its next batch after an update (``delivery.py: Prefetcher``, one ahead). DQN: the learner's
+prefetch thread keeps ``prefetch_depth`` replay batches fetched; for a local learner
+(``num_learners=0``) its calls share the driver's thread.
+
+**Sampling costs CPU.** A sample call holds its EnvRunner's thread and a core of its node for its
+duration, so the sender's packing and puts delay sampling, and the plane actor's copies compete with
+sampling for the node's cores: the throughput loss measured for real APPO on two cores can appear.
+On a node with fewer cores than the processes that may run there (runners, learners, the plane
+actor, the driver), the call is held in quanta of :data:`SAMPLING_QUANTUM` (CPython's GIL switch
+interval, ``sys.getswitchinterval()``, 5 ms; the kernel's time slices are of that order), so that a
+few milliseconds of plane or learner work interleave with a long sample call as the OS would
+interleave them, instead of queueing behind all of it; elsewhere a call is one hold (no one waits).
+
+**Simulation speed.** A Python thread on a node with a core per process never waits for a core, so
+it is a FIFO single server computed by arithmetic (:class:`_Lane`: start at ``max(arrival, free)``);
+a call through such threads is one timeout, and an ingest whose parts are all arithmetic needs no
+process (:meth:`DeployedRoute._ingest_now`). A call reserves a thread for the time it will reach it,
+so calls are served in the order they were issued (FIFO by issue, not by arrival: the same for calls
+of one kind, whose latencies are equal). Threads on an oversubscribed node are simulated as events.
+
+**Learners at scale.** ``enable()`` refuses ``num_learners > 1`` today. With more than one learner the
+simulator runs the same mechanisms per learner (one plane actor per learner node, each learner fed by
+its own runners, one driver call per learner as ``foreach_actor`` makes it): what the runtime would do
+once it hands each learner its own batch. Such a run extrapolates beyond the deployed runtime and its
+result says so (``validity`` warning, :mod:`conduit.sim.provenance`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from conduit.sim.cluster import LearnerRole, RunnerRole
+from conduit.sim.metrics import UpdateTrace
+from conduit.sim.resources import FifoServer
+
+#: the quantum a sample call is held in on an oversubscribed node (see the module docstring)
+SAMPLING_QUANTUM = 5e-3
+#: the warning a deployed run with more than one learner carries
+MULTI_LEARNER_WARNING = ("policy models enable() as deployed, which refuses num_learners > 1 today; this run "
+                         "applies the deployed mechanisms per learner (one plane actor per learner node): an "
+                         "extrapolation beyond the runtime")
+
+
+class DeployedRoute:
+    """The deployed plane's route (a mixin of :class:`~conduit.sim.engine.Simulation`)."""
+
+    # ------------------------------------------------------------------ set-up and primitives
+    def _deployed_setup(self) -> None:
+        env = self.env
+        # nodes with fewer cores than processes that may run there: sample calls are held in quanta
+        processes = {node: 0 for node in self.cpus}
+        for r in self.layout.runners:
+            processes[r.node] += 1
+        for node in {lr.node for lr in self.layout.learners}:
+            processes[node] += 1  # the node's plane actor
+        if not self.workload.local_learner:  # (a local learner lives in the driver's process)
+            for lr in self.layout.learners:
+                processes[lr.node] += 1
+        processes[self.layout.driver_node] += 1
+        self._oversubscribed = {node: processes[node] > self.cpus[node].cores for node in self.cpus}
+
+        def lane(node: str, fifo: FifoServer | None = None) -> _Lane:
+            if fifo is None and self._oversubscribed[node]:
+                fifo = FifoServer(env, 1)
+            return _Lane(node, fifo)
+
+        self.plane_actor = {lr.node: lane(lr.node) for lr in self.layout.learners}
+        self.runner_thread = {r.id: lane(r.node) for r in self.layout.runners}
+        self.runner_slots = {r.id: FifoServer(env, self.plane.max_in_flight) for r in self.layout.runners}
+        driver = _Lane(self.layout.driver_node, self.driver_thread)
+        self.learner_thread = {lr.id: (driver if self.workload.local_learner else lane(lr.node))
+                               for lr in self.layout.learners}
+        #: plane calls by kind (``ingest``, ``peek``, ``next_batch``), countable by tests and studies
+        self.plane_calls: dict[str, int] = {"ingest": 0, "peek": 0, "next_batch": 0}
+        # APPO: sample results the driver handled, update calls that reached each learner
+        self._deployed_results = 0
+        self._deployed_calls = {lr.id: 0 for lr in self.layout.learners}
+        self._deployed_fresh = {lr.id: 0 for lr in self.layout.learners}
+        # DQN: each runner's sample calls (which learner's table), prefetch queue hand-offs
+        self._deployed_seq: dict[str, int] = {}
+        self._deployed_taken = {lr.id: env.event() for lr in self.layout.learners}
+        # PPO: each runner's current fragment time, drawn once per fragment and shared by its pieces
+        self._fragment_left: dict[str, list] = {}
+
+    def _pipeline(self, stages: list[tuple[_Lane | None, float]]) -> Generator:
+        """Run ``stages`` in order: ``(lane, seconds)`` is work on a thread (FIFO, a core of its node),
+        ``(None, seconds)`` a latency. Lanes on nodes with a core per process are served by arithmetic
+        (start at ``max(arrival, free)``: a FIFO single server, exact for calls in issue order; a call
+        reserves a lane for the time it will arrive there), so a whole call is one timeout; lanes on an
+        oversubscribed node are held as events (FIFO thread + a core of the pool)."""
+        env = self.env
+        t = env.now
+        for lane, seconds in stages:
+            if lane is None:
+                t += seconds
+            elif lane.fifo is None:
+                t = lane.serve(t, seconds, self.cpus[lane.node])
+            else:
+                if t > env.now:
+                    yield env.timeout(t - env.now)
+                yield from self._hold(lane.fifo, lane.node, seconds)
+                t = env.now
+        if t > env.now:
+            yield env.timeout(t - env.now)
+
+    def _hold(self, thread: FifoServer, node: str, seconds: float) -> Generator:
+        """Work on one Python thread (a FIFO server) and a core of ``node``."""
+        yield thread.acquire()
+        try:
+            yield from self.cpu(node, seconds)
+        finally:
+            thread.release()
+
+    def on_runner(self, runner: RunnerRole, seconds: float) -> Generator:
+        return self._pipeline([(self.runner_thread[runner.id], seconds)])
+
+    def on_learner(self, lr: LearnerRole, seconds: float) -> Generator:
+        return self._pipeline([(self.learner_thread[lr.id], seconds)])
+
+    def on_plane(self, lr: LearnerRole, seconds: float) -> Generator:
+        return self._pipeline([(self.plane_actor[lr.node], seconds)])
+
+    def deployed_sample(self, runner: RunnerRole, vector_steps: int) -> Generator:
+        """One stock sampler call: the runner's thread and a core of its node for its duration (in
+        quanta on an oversubscribed node)."""
+        left = self.sample_time(vector_steps)
+        thread = self.runner_thread[runner.id]
+        if thread.fifo is None:
+            yield from self._pipeline([(thread, left)])
+            return
+        while left > 0:
+            step = min(SAMPLING_QUANTUM, left)
+            yield from self._hold(thread.fifo, runner.node, step)
+            left -= step
+
+    @property
+    def _half_trip(self) -> float:
+        return max(0.0, self.plane.call_round_trip - self.stock.rpc_driver_cpu) / 2
+
+    def _host_tier(self, lr: LearnerRole, nbytes: float) -> str:
+        """The plane's tier for a chunk: the learner node's pinned memory while it has room, else pageable."""
+        return lr.pinned if self.ledger.fits(lr.pinned, nbytes) else lr.pageable
+
+    # ------------------------------------------------------------------ the two plane calls
+    def deployed_ingest(self, runner: RunnerRole, lr: LearnerRole, group: list, *, before_place=None) -> Generator:
+        """One ingest call of ``group`` (chunks, traces): the sender's packing and put on the runner,
+        the round trip, the bytes to the learner's node, the actor's get and copy into a host tier.
+        ``before_place`` (a generator function) runs once the call reaches the plane, before the chunks
+        are placed (DQN: the rate limiter); without it the chunks' room is reserved when the call is
+        issued (its tier counts them from then on: conservative for capacity)."""
+        p, s = self.plane, self.stock
+        nbytes = sum(c.nbytes for c, _ in group)
+        via_store = nbytes >= p.inline_bytes
+        work = nbytes / p.pack_bandwidth + s.rpc_driver_cpu
+        if via_store:
+            work += s.put_per_call + nbytes / s.serialize_bandwidth
+        half = self._half_trip
+        sender = [(self.runner_thread[runner.id], work), (None, half)]
+        actor = [(self.plane_actor[lr.node], p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
+                  + (s.get_per_object if via_store else 0.0)), (None, half)]
+        if before_place is None:
+            yield from self._place(lr, group, nbytes)
+            if runner.memory == lr.memory:
+                yield from self._pipeline(sender + actor)
+            else:
+                yield from self._pipeline(sender)
+                yield from self.transfer(runner.memory, lr.memory, nbytes)
+                yield from self._pipeline(actor)
+        else:
+            yield from self._pipeline(sender)
+            yield from self.transfer(runner.memory, lr.memory, nbytes)
+            yield from before_place()
+            yield from self._place(lr, group, nbytes)
+            yield from self._pipeline(actor)
+        self.plane_calls["ingest"] += 1
+
+    def _place(self, lr: LearnerRole, group: list, nbytes: float) -> Generator:
+        tier = self._host_tier(lr, nbytes)
+        for chunk, _ in group:
+            yield from self.place_in(chunk.id, tier)
+
+    def _deliver_stages(self, lr: LearnerRole, nbytes: float) -> list:
+        """A delivery call (``next_batch`` or ``peek``) returning ``nbytes`` of rows, as pipeline stages."""
+        p, s = self.plane, self.stock
+        half = self._half_trip
+        via_store = nbytes >= p.return_inline_bytes
+        work = p.deliver_per_call + nbytes / p.deliver_copy_bandwidth
+        if via_store:
+            work += s.put_per_call + nbytes / s.serialize_bandwidth
+        learner = self.learner_thread[lr.id]
+        stages = [(learner, s.rpc_driver_cpu), (None, half), (self.plane_actor[lr.node], work), (None, half)]
+        if via_store:
+            stages.append((learner, s.get_per_object))
+        return stages
+
+    def deployed_deliver(self, lr: LearnerRole, nbytes: float, kind: str = "next_batch", then: float = 0.0) -> Generator:
+        """One delivery call returning ``nbytes`` of rows to the learner (then ``then`` seconds of the
+        learner's own work on them)."""
+        stages = self._deliver_stages(lr, nbytes)
+        if then > 0:
+            stages.append((self.learner_thread[lr.id], then))
+        yield from self._pipeline(stages)
+        self.plane_calls[kind] += 1
+
+    def build_at_update_start(self, lr: LearnerRole, steps: float, nbytes: float, connector: bool = True) -> Generator:
+        """The learner's pipeline once its batch is in the process: RLlib's learner connector over the
+        whole batch (unless the batch is already a train batch), ``NumpyToTensor`` and a pageable copy
+        of the built batch to the device (host batches)."""
+        s, w = self.stock, self.workload
+        built = nbytes * w.frame_stack
+        work = s.to_tensor(built)
+        if connector:
+            work += s.connector(steps / w.steps_per_row, built)
+        yield from self.on_learner(lr, work)
+        yield from self.copy_to_device(lr, built, pinned=False)
+
+    def _retire_to_device(self, lr: LearnerRole, cids: list[int]) -> Generator:
+        """The delivered rows now sit in the learner's device memory (the plane released its copies)."""
+        for cid in cids:
+            if self.chunk_ledger.location(cid) is not None:
+                yield from self.move_to(cid, lr.device_tier)
+
+    # ================================================================== PPO
+    def deployed_ppo_runner(self, runner: RunnerRole, targets: list[LearnerRole], state: Any) -> Generator:
+        """``sample()`` in ``ppo_pieces`` stock sampler calls; each piece goes to the sender (an
+        in-flight slot, then an ingest call), and the value stream evaluates it once it has landed."""
+        w = self.workload
+        slots = self.runner_slots[runner.id]
+        for target in targets:
+            yield from self.deployed_sample(runner, w.fragment_length)
+            chunk, trace = self.new_chunk(runner, target, state.k)
+            state.expect(target, chunk)
+            yield slots.acquire()
+            if not self._ingest_now(runner, target, chunk,
+                                    lambda lr=target, cid=chunk.id: state.deployed_landed(lr, cid)):
+                self.env.process(self._deployed_ppo_piece(runner, target, chunk, trace, state))
+        state.runner_done(runner.id, self.env.now)
+
+    def _deployed_ppo_piece(self, runner: RunnerRole, lr: LearnerRole, chunk: Any, trace: Any, state: Any) -> Generator:
+        try:
+            yield from self.deployed_ingest(runner, lr, [(chunk, trace)])
+        finally:
+            self.runner_slots[runner.id].release()
+        state.deployed_landed(lr, chunk.id)
+
+    def _ingest_now(self, runner: RunnerRole, lr: LearnerRole, chunk: Any, landed: Any) -> bool:
+        """:meth:`deployed_ingest` of one chunk without a process, when every part of it is arithmetic
+        (the runner's and the plane's threads served by arithmetic, the same host memory, room in the
+        tier now): the same times, one timeout whose callback lands the chunk and frees the runner's
+        in-flight slot. Returns False (nothing done) when a part needs events."""
+        sender, actor = self.runner_thread[runner.id], self.plane_actor[lr.node]
+        if sender.fifo is not None or actor.fifo is not None or runner.memory != lr.memory:
+            return False
+        p, s = self.plane, self.stock
+        nbytes = chunk.nbytes
+        tier = self._host_tier(lr, nbytes)
+        if not self.ledger.try_reserve(tier, nbytes):
+            return False
+        self.chunk_ledger.placed(chunk.id, tier, nbytes, self.env.now)
+        self.rec.chunks[chunk.id].tier = tier
+        via_store = nbytes >= p.inline_bytes
+        work = nbytes / p.pack_bandwidth + s.rpc_driver_cpu
+        if via_store:
+            work += s.put_per_call + nbytes / s.serialize_bandwidth
+        half = self._half_trip
+        t = sender.serve(self.env.now, work, self.cpus[runner.node]) + half
+        t = actor.serve(t, p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
+                        + (s.get_per_object if via_store else 0.0), self.cpus[lr.node]) + half
+        slots = self.runner_slots[runner.id]
+
+        def done(_event: Any) -> None:
+            slots.release()
+            self.plane_calls["ingest"] += 1
+            landed()
+
+        self.env.timeout(t - self.env.now).callbacks.append(done)
+        return True
+
+    def deployed_value_stream(self, lr: LearnerRole, state: Any) -> Generator:
+        """``values.py: ValueStream``: peek what has landed (one call for all of it), copy it into the
+        learner's batch, run the value pass on it; until every chunk of the learner's batch is done."""
+        w = self.workload
+        done = 0
+        expected = state.expected[lr.id]
+        while done < expected:
+            if not state.landed[lr.id]:
+                yield state.landed_event(lr)
+                continue
+            cids, state.landed[lr.id] = state.landed[lr.id], []
+            nbytes = len(cids) * w.chunk_bytes
+            # the peek, then the rows copied into the learner's own batch
+            yield from self.deployed_deliver(lr, nbytes, kind="peek", then=nbytes / self.plane.pack_bandwidth)
+            yield from self.copy_to_device(lr, nbytes, pinned=False)  # compute_values' forward pass input
+            yield from self.compute[lr.device].run(len(cids) * w.chunk_steps * w.value_pass_per_sample)
+            done += len(cids)
+
+    def deployed_ppo_learner_batch(self, lr: LearnerRole, state: Any) -> Generator:
+        """Update *k* on one learner: the driver's call arrives and the stream has evaluated every
+        chunk; ``next_batch(from_row=...)`` (a round trip, no rows left to ship), then the learner
+        connector over the whole batch, to-tensor and the pageable copy."""
+        w = self.workload
+        self.view.learner_waiting(lr)
+        stream = self.env.process(self.deployed_value_stream(lr, state))
+        yield simpy.AllOf(self.env, [stream, state.update_call[lr.id]])
+        yield from self.deployed_deliver(lr, 0.0)
+        cids = state.assigned[lr.id]
+        yield from self.build_at_update_start(lr, len(cids) * w.chunk_steps, len(cids) * w.chunk_bytes)
+        yield from self._retire_to_device(lr, cids)
+        for cid in cids:
+            self.rec.chunks[cid].t_ready = self.env.now
+        state.batch_ready_at[lr.id] = self.env.now
+
+    def deployed_ppo_driver(self, state: Any) -> Generator:
+        """``PPO.training_step`` with placeholders: every runner's ticket comes back through the
+        overlapping ``sample()`` round trips, then one ``update`` call per learner (the tickets as its
+        argument; RLlib shards zero-length tickets all onto learner 0: the call's size is negligible)."""
+        s = self.stock
+        fetches = [self.env.process(self._deployed_ticket(r, state)) for r in self.layout.runners]
+        yield simpy.AllOf(self.env, fetches)
+        tickets = len(self.layout.runners)
+        for lr in state.learners:
+            yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(tickets / len(state.learners), 0.0))
+            self.stock_calls["update_call"] += 1
+            self.env.process(self._deployed_call_arrives(state.update_call[lr.id]))
+
+    def _deployed_ticket(self, runner: RunnerRole, state: Any) -> Generator:
+        s = self.stock
+        yield state.runner_done_event[runner.id]
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
+        yield from self.on_driver(s.rpc_driver_cpu + s.get_per_object + s.sample_deserialize_per_episode
+                                  + s.driver_bookkeeping)
+        self.stock_calls["sample_result"] += 1
+
+    def _deployed_call_arrives(self, event: simpy.Event) -> Generator:
+        s = self.stock
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+        event.succeed()
+
+    # ================================================================== APPO / IMPALA
+    def deployed_appo_runner(self, runner: RunnerRole, queues: dict) -> Generator:
+        """One chunk per ``sample()`` call (one fragment), sent to the plane of its learner's node;
+        the call returns ``[]`` and the driver handles the empty result (:meth:`_deployed_appo_result`)."""
+        w = self.workload
+        slots = self.runner_slots[runner.id]
+        i = 0
+        while not self._stop:
+            yield from self.deployed_sample(runner, w.fragment_length)
+            if self._stop:
+                return
+            target = self.layout.target(runner, i)
+            i += 1
+            chunk, trace = self.new_chunk(runner, target, self._runner_version[runner.id])
+            queue = queues[target.id]
+            queue.in_flight += 1
+            yield slots.acquire()
+            if not self._ingest_now(runner, target, chunk, lambda q=queue, cid=chunk.id: self._queue_landed(q, cid)):
+                self.env.process(self._deployed_appo_chunk(runner, target, chunk, trace, queue))
+            self.env.process(self._deployed_appo_result())
+            while len(queue.items) + queue.in_flight > (w.max_lag + 2) * w.chunks_per_batch and not self._stop:
+                yield queue.changed()
+
+    def _deployed_appo_chunk(self, runner: RunnerRole, lr: LearnerRole, chunk: Any, trace: Any, queue: Any) -> Generator:
+        try:
+            yield from self.deployed_ingest(runner, lr, [(chunk, trace)])
+        finally:
+            self.runner_slots[runner.id].release()
+        self._queue_landed(queue, chunk.id)
+
+    @staticmethod
+    def _queue_landed(queue: Any, cid: int) -> None:
+        queue.in_flight -= 1
+        queue.put(cid)
+
+    def _deployed_appo_result(self) -> Generator:
+        """The driver's side of one ``sample()`` result (an empty list): the reply and its bookkeeping;
+        every ``chunks_per_batch x learners`` results make a package, and one ``update`` call per
+        learner (references only) follows."""
+        s, w = self.stock, self.workload
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
+        yield from self.on_driver(s.rpc_driver_cpu + s.driver_bookkeeping)
+        self.stock_calls["sample_result"] += 1
+        self._deployed_results += 1
+        learners = self.layout.learners
+        if self._deployed_results % (w.chunks_per_batch * len(learners)) == 0:
+            self.stock_calls["package"] += 1
+            for lr in learners:
+                yield from self.on_driver(s.rpc_driver_cpu)
+                self.stock_calls["update_call"] += 1
+                self.env.process(self._deployed_appo_call(lr))
+
+    def _deployed_appo_call(self, lr: LearnerRole) -> Generator:
+        s = self.stock
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+        self._deployed_calls[lr.id] += 1
+        self._appo_queues[lr.id].notify()
+
+    def deployed_appo_fetch(self, lr: LearnerRole, fresh: list[int]) -> Generator:
+        """The fresh part of an update's batch came from the plane: the prefetch thread's
+        ``next_batch`` (the actor's copy out, the reply), then the learner's pipeline on it. It was
+        admitted by a driver ``update`` call (:meth:`~conduit.sim.appo.AppoLoop._fresh_allowed`): the
+        stock IMPALA learner then trains on its circular buffer, reusing batches, as without Conduit."""
+        if not fresh:
+            return
+        w = self.workload
+        yield from self.deployed_deliver(lr, len(fresh) * w.chunk_bytes)
+        yield from self.build_at_update_start(lr, len(fresh) * w.chunk_steps, len(fresh) * w.chunk_bytes)
+        yield from self._retire_to_device(lr, fresh)
+        for cid in fresh:
+            if math.isnan(self.rec.chunks[cid].t_ready):
+                self.rec.chunks[cid].t_ready = self.env.now
+
+    # ================================================================== DQN
+    def deployed_dqn(self) -> Generator:
+        """``DQN.training_step`` with Conduit: a synchronous ``sample()`` round (runners hand their
+        steps to the sender), ``add([])``, then the replay-ratio many updates, each on a batch the
+        learner's prefetch thread drew from the plane, then the weight sync."""
+        from conduit.sim.dqn import _RateLimiter
+
+        w, s = self.workload, self.stock
+        learners, runners = self.layout.learners, self.layout.runners
+        self._replay = {lr.id: deque() for lr in learners}
+        self._limiter = _RateLimiter(self.env, self.contract)
+        self._replay_inflight = {lr.id: 0 for lr in learners}
+        self._table_changed = {lr.id: self.env.event() for lr in learners}
+        self._stop = False
+        outbox = {r.id: simpy.Store(self.env, capacity=self.plane.max_coalesced_calls) for r in runners}
+        for r in runners:
+            self.env.process(self._deployed_dqn_sender(r, outbox[r.id]))
+        fetched = {lr.id: simpy.Store(self.env) for lr in learners}
+        for lr in learners:
+            self.env.process(self._deployed_dqn_prefetcher(lr, fetched[lr.id]))
+        inserted = sampled = update = 0
+        t_free = {lr.id: 0.0 for lr in learners}
+        while update < self.iterations:
+            it = update
+            t0 = self.env.now
+            procs = [self.env.process(self._deployed_dqn_sample(r, outbox[r.id])) for r in runners]
+            results = yield simpy.AllOf(self.env, procs)
+            self.rec.span(it, "sampling", t0, self.env.now)
+            last_created = max(self._chunks[results[p]].t_created if results[p] in self._chunks else t0
+                               for p in procs)
+            t_a = self.env.now
+            yield simpy.AllOf(self.env, [self.env.process(self._deployed_dqn_result()) for _ in runners])
+            self.rec.span(it, "a", t_a, self.env.now)
+            yield from self.on_driver(s.local_call_overhead)  # ConduitEpisodeReplayBuffer.add([])
+            self.stock_calls["round"] += 1
+            inserted += len(runners) * w.chunk_steps
+            due = 0
+            if inserted >= w.min_size:
+                due = int(max(0, w.replay_ratio * (inserted - w.min_size) - sampled) // (w.batch_size * len(learners)))
+            for _ in range(min(due, self.iterations - update)):
+                yield from self.on_driver(s.local_call_overhead)  # sample(): one ticket
+                sampled += w.batch_size * len(learners)
+                t_b = self.env.now
+                calls = []
+                for lr in learners:
+                    if w.local_learner:
+                        yield from self.on_driver(s.local_call_overhead)
+                    else:
+                        yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(1, 0.0))
+                    self.stock_calls["update_call"] += 1
+                    calls.append(self.env.process(self._deployed_dqn_batch(lr, fetched[lr.id], update)))
+                yield simpy.AllOf(self.env, calls)
+                ready = self.env.now
+                self.rec.span(update, "b", t_b, ready)
+                traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
+                          for lr in learners]
+                yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
+                    w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
+                self.rec.span(update, "update", ready, self.env.now)
+                for u in traces:
+                    u.t_end = t_free[u.learner] = self.env.now
+                self.rec.updates.extend(traces)
+                self._tick(update)
+                update += 1
+            t_sync = self.env.now
+            yield self.env.timeout(w.weight_sync_time)
+            self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
+        self._stop = True
+
+    def _deployed_dqn_sample(self, runner: RunnerRole, outbox: simpy.Store) -> Generator:
+        """One ``sample()``: the stock sampler, then the steps go into the sender's queue (full: wait)."""
+        yield from self.deployed_sample(runner, self.workload.fragment_length)
+        lr = self.layout.target(runner, self._deployed_seq.get(runner.id, 0))
+        self._deployed_seq[runner.id] = self._deployed_seq.get(runner.id, 0) + 1
+        pair = self.new_chunk(runner, lr, self.version)
+        yield outbox.put((lr, pair))
+        return pair[0].id
+
+    def _deployed_dqn_result(self) -> Generator:
+        s = self.stock
+        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
+        yield from self.on_driver(s.rpc_driver_cpu)
+        self.stock_calls["sample_result"] += 1
+
+    def _deployed_dqn_sender(self, runner: RunnerRole, outbox: simpy.Store) -> Generator:
+        """``_Sender._gather``: the first sample call, then whatever arrives within ``coalesce_s`` (at
+        most ``max_coalesced_calls``), sent as one ingest call per learner."""
+        p = self.plane
+        slots = self.runner_slots[runner.id]
+        while not self._stop:
+            items = [(yield outbox.get())]
+            deadline = self.env.now + p.coalesce_s
+            while len(items) < p.max_coalesced_calls and self.env.now < deadline:
+                get = outbox.get()
+                wait = self.env.timeout(deadline - self.env.now)
+                yield get | wait
+                if get.triggered:
+                    items.append(get.value)
+                else:
+                    get.cancel()
+                    break
+            by_learner: dict[str, list] = {}
+            for lr, pair in items:
+                by_learner.setdefault(lr.id, []).append(pair)
+                self._replay_make_room(lr.id)  # evict before ingesting: live + in flight <= capacity
+                self._replay_inflight[lr.id] += 1
+            for lid, group in by_learner.items():
+                yield slots.acquire()
+                self.env.process(self._deployed_dqn_ingest(runner, self._learner(lid), group))
+
+    def _deployed_dqn_ingest(self, runner: RunnerRole, lr: LearnerRole, group: list) -> Generator:
+        steps = len(group) * self.workload.chunk_steps
+
+        def admit() -> Generator:  # the plane's rate limiter, insert side (the ingest call blocks)
+            yield from self._limiter.insert(steps)
+
+        try:
+            yield from self.deployed_ingest(runner, lr, group, before_place=admit)
+        finally:
+            self.runner_slots[runner.id].release()
+        for chunk, _ in group:
+            self._replay_inflight[lr.id] -= 1
+            self._replay[lr.id].append(chunk.id)
+        self._replay_notify(lr.id)
+
+    def _deployed_dqn_prefetcher(self, lr: LearnerRole, fetched: simpy.Store) -> Generator:
+        """``delivery.py: Prefetcher``: keeps ``prefetch_depth`` replay batches drawn and fetched."""
+        w = self.workload
+        depth = max(1, self.path.prefetch_depth)
+        for k in range(self.iterations):
+            while len(fetched.items) >= depth:
+                yield self._deployed_taken[lr.id]
+            while not self._replay[lr.id]:
+                yield self._table_changed[lr.id]
+            yield from self._limiter.sample(w.batch_size)
+            newest = self._chunks[self._replay[lr.id][-1]].t_created
+            selections = self._replay_sample(self._replay[lr.id], w.batch_size)
+            self.auditor.delivered(k, selections, self.env.now)
+            yield from self.deployed_deliver(lr, w.batch_size * w.bytes_per_step)
+            yield fetched.put((selections, newest))
+
+    def _deployed_dqn_batch(self, lr: LearnerRole, fetched: simpy.Store, update: int) -> Generator:
+        """The learner's ``update()``: take the prefetched batch (waiting if it is not there yet), let
+        the prefetcher draw the next, then to-tensor and the pageable copy (no connector pass:
+        ``DirectReplay``)."""
+        w = self.workload
+        if not w.local_learner:
+            s = self.stock
+            yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+        selections, newest = yield fetched.get()
+        event, self._deployed_taken[lr.id] = self._deployed_taken[lr.id], self.env.event()
+        event.succeed()
+        yield from self.build_at_update_start(lr, w.batch_size, w.batch_size * w.bytes_per_step, connector=False)
+        for cid, _ in selections:
+            trace = self.rec.chunks[cid]
+            if math.isnan(trace.t_ready):
+                trace.t_ready = self.env.now
+        return newest
+
+
+class _Lane:
+    """One Python thread (an EnvRunner's, a learner's, a plane actor's) on ``node``: a FIFO server held
+    through events (``fifo``) on an oversubscribed node, else served by arithmetic (``free_at``)."""
+
+    __slots__ = ("fifo", "free_at", "node")
+
+    def __init__(self, node: str, fifo: FifoServer | None = None):
+        self.node, self.fifo, self.free_at = node, fifo, 0.0
+
+    def serve(self, t_arrive: float, seconds: float, cpu: Any) -> float:
+        """Start at ``max(t_arrive, free)``, run ``seconds`` of reference-core work; returns the end."""
+        start = max(t_arrive, self.free_at)
+        busy = seconds / cpu.speed
+        self.free_at = start + busy
+        cpu.busy_core_seconds += busy
+        return self.free_at

@@ -1,0 +1,248 @@
+"""``conduit`` in the simulator is Conduit as ``enable()`` deploys it (:mod:`conduit.sim.deployed`).
+
+What is checked: the headline policy named ``conduit`` is the deployed model and the design target is
+a separately named variant; the deployed model obeys its own costs (DQN's iteration is never below its
+per-step sample-RPC floor, a dearer plane round trip never makes a run faster, the plane calls it makes
+are the runtime's); the contracts hold (0 violations) under random plane costs; the plane's costs come
+from the measured file (and from any calibration given), and the runtime settings it restates are the
+runtime's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, fields, replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_sim import tiny_topology_dict
+
+from conduit.registry import create_policy
+from conduit.sim.cost_file import (
+    CostFileError,
+    default_plane_costs,
+    load_plane_costs,
+    plane_costs_from_mapping,
+)
+from conduit.sim.deployed import MULTI_LEARNER_WARNING
+from conduit.sim.engine import Simulation
+from conduit.sim.params import PLANE_PRIMITIVES_FILE, PLANE_SOURCES, PlaneCosts, StockCosts
+from conduit.sim.run import simulate
+from conduit.sim.workload import load_workload
+from conduit.topology import load_topology, topology_from_dict
+
+SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+REF = "reference-2core"
+
+
+def tiny(nodes: int = 1, gpus: int = 2):
+    return topology_from_dict(tiny_topology_dict(nodes=nodes, gpus=gpus))
+
+
+# ------------------------------------------------------------------ the headline is the deployed model
+def test_the_policy_named_conduit_is_the_deployed_model():
+    deployed, target = create_policy("conduit"), create_policy("conduit-target")
+    assert deployed.path.deployment == "enable" and target.path.deployment == "target"
+    # the same decisions: only the simulator's model of the surrounding runtime differs
+    assert deployed.params == target.params
+    assert replace(deployed.path, deployment="target") == target.path
+    sim = Simulation(tiny(), load_workload("ppo"), deployed, iterations=1)
+    assert sim.deployed is True
+    assert Simulation(tiny(), load_workload("ppo"), target, iterations=1).deployed is False
+    # the quickstart's headline is the deployed one, and it shows the design target only by its own name
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("quickstart", Path(__file__).parents[1] / "studies" / "quickstart.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    assert "conduit" in quickstart.DEFAULT_POLICIES
+    assert quickstart.HEADLINE == "conduit"
+
+
+def test_deployment_setting_is_checked():
+    from conduit.errors import ConduitError
+    from conduit.policy import PathSettings
+
+    with pytest.raises(ConduitError, match="deployment"):
+        PathSettings(deployment="someday")
+    with pytest.raises(ConduitError, match="route='direct'"):
+        PathSettings(route="driver", deployment="enable")
+
+
+# ------------------------------------------------------------------ the model obeys its costs
+@SETTINGS
+@given(rtt=st.floats(0.0, 20e-3), sync=st.floats(0.0, 5e-3), frag=st.integers(1, 4), ratio=st.sampled_from([8.0, 32.0]))
+def test_dqn_iteration_is_never_below_its_sample_rpc_floor(rtt, sync, frag, ratio):
+    """RLlib's DQN loop stays: each round is a synchronous ``sample()`` round trip of ``frag`` steps,
+    then its updates, then the weight sync. An update can never come faster than that round divided
+    by the updates it allows."""
+    w = replace(load_workload("ref-dqn-cartpole"), fragment_length=frag, replay_ratio=ratio,
+                weight_sync_time=sync)
+    stock = StockCosts()
+    sim = Simulation(load_topology(REF), w, create_policy("conduit"), iterations=40,
+                     plane=replace(PlaneCosts(), call_round_trip=rtt))
+    result = sim.run()
+    assert result.audit.violations == 0
+    per_round = (w.runner_call_overhead + frag * (w.env_step_time + w.inference_time) + stock.rpc_overhead
+                 + sync + w.update_overhead)
+    updates_per_round = max(1.0, ratio * frag / w.batch_size)
+    floor = per_round / updates_per_round
+    assert result.metrics["iteration_time_s"] >= floor * (1 - 1e-9)
+    # the driver really ran RLlib's loop: one sample result per runner and round, one update call per update
+    assert sim.stock_calls["update_call"] == 40
+    assert sim.stock_calls["sample_result"] == sim.stock_calls["round"] >= 40 / updates_per_round
+
+
+@SETTINGS
+@given(algorithm=st.sampled_from(["ppo", "dqn", "appo"]), base=st.floats(0.0, 5e-3), extra=st.floats(1e-4, 20e-3))
+def test_a_dearer_plane_round_trip_never_makes_conduit_faster(algorithm, base, extra):
+    topo = tiny()
+    iters = {"ppo": 2, "dqn": 40, "appo": 12}[algorithm]
+    cheap = simulate(topo, algorithm, "conduit", iterations=iters, plane_costs=replace(PlaneCosts(), call_round_trip=base))
+    dear = simulate(topo, algorithm, "conduit", iterations=iters,
+                    plane_costs=replace(PlaneCosts(), call_round_trip=base + extra))
+    assert cheap.audit.violations == 0 and dear.audit.violations == 0
+    # the run's length in simulated time: the same work, never done sooner with dearer calls
+    assert dear.sim_time >= cheap.sim_time * (1 - 1e-9)
+
+
+def test_free_plane_calls_and_copies_cost_nothing_on_the_plane():
+    """With every plane cost at zero (``PlaneCosts.scaled(0)``) what remains is RLlib's control path
+    and the learner's pipeline: never slower than with the measured plane costs."""
+    zero = PlaneCosts().scaled(0.0)
+    assert zero.call_round_trip == 0 and zero.ingest_copy_bandwidth == math.inf
+    for algorithm, iters in (("ppo", 3), ("appo", 15), ("dqn", 40)):
+        free = simulate(tiny(), algorithm, "conduit", iterations=iters, plane_costs=zero)
+        measured = simulate(tiny(), algorithm, "conduit", iterations=iters)
+        assert free.audit.violations == 0
+        assert free.sim_time <= measured.sim_time * (1 + 1e-9), algorithm
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "appo", "dqn"])
+def test_the_plane_calls_are_the_runtimes(algorithm):
+    """Which calls the deployed model makes: PPO: a delivery per update per learner plus value-stream
+    peeks, one driver ``update`` call per update per learner, one result per runner per iteration; DQN:
+    one ``update`` call per update, deliveries drawn ahead by the prefetch thread, one result per runner
+    per round; APPO: a plane batch enters a learner only through a driver ``update`` call (the learner
+    reuses its circular buffer in between, as stock's does)."""
+    iters = {"ppo": 3, "dqn": 40, "appo": 12}[algorithm]
+    sim = Simulation(tiny(), load_workload(algorithm), create_policy("conduit"), iterations=iters)
+    result = sim.run()
+    assert result.audit.violations == 0
+    learners = len(sim.layout.learners)
+    assert sim.plane_calls["ingest"] >= 1
+    if algorithm == "ppo":
+        assert sim.plane_calls["next_batch"] == iters * learners
+        assert sim.plane_calls["peek"] >= iters * learners
+        assert sim.stock_calls["update_call"] == iters * learners
+        assert sim.stock_calls["sample_result"] == iters * len(sim.layout.runners)
+    elif algorithm == "dqn":
+        assert sim.stock_calls["update_call"] == iters * learners
+        assert sim.plane_calls["next_batch"] >= iters * learners  # drawn ahead by the prefetcher
+        assert sim.stock_calls["sample_result"] == sim.stock_calls["round"] * len(sim.layout.runners)
+    else:  # fresh data enters a learner only through the driver's update calls; the learner reuses it
+        assert 1 <= sim.plane_calls["next_batch"] <= sim.stock_calls["update_call"]
+        cpb = sim.workload.chunks_per_batch
+        for lr in sim.layout.learners:
+            assert sim._deployed_fresh[lr.id] <= sim._deployed_calls[lr.id] * cpb
+
+
+def test_more_than_one_learner_is_an_extrapolation_and_says_so():
+    many = simulate(tiny(gpus=2), "ppo", "conduit", iterations=2)
+    assert len({u.learner for u in many.recorder.updates}) == 2
+    assert MULTI_LEARNER_WARNING in many.warnings
+    one = simulate(REF, "ref-dqn-cartpole", "conduit", iterations=20)
+    assert MULTI_LEARNER_WARNING not in one.warnings
+    assert MULTI_LEARNER_WARNING not in simulate(tiny(gpus=2), "ppo", "conduit-target", iterations=2).warnings
+
+
+# ------------------------------------------------------------------ contracts under random costs
+@SETTINGS
+@given(algorithm=st.sampled_from(["ppo", "appo", "dqn"]), scale=st.floats(0.0, 50.0),
+       inline=st.sampled_from([0.0, 256 * 1024, 1e12]), runners=st.sampled_from([1, 2]), nodes=st.sampled_from([1, 2]))
+def test_deployed_runs_keep_the_contracts(algorithm, scale, inline, runners, nodes):
+    plane = replace(PlaneCosts().scaled(scale), inline_bytes=inline)
+    iters = {"ppo": 2, "dqn": 30, "appo": 12}[algorithm]
+    result = simulate(tiny(nodes=nodes), algorithm, "conduit", iterations=iters, plane_costs=plane,
+                      overrides={"runners_per_gpu": runners})
+    assert result.audit.violations == 0
+    assert result.metrics["updates"] >= min(iters, 1)
+    assert math.isfinite(result.metrics["iteration_time_s"]) and result.metrics["iteration_time_s"] > 0
+
+
+# ------------------------------------------------------------------ costs measured, not assumed
+def test_plane_cost_defaults_restate_the_measured_file():
+    costs, taken = default_plane_costs()
+    assert set(taken) == set(PLANE_SOURCES)
+    assert all(v.startswith(PLANE_PRIMITIVES_FILE) for v in taken.values())
+    builtin = PlaneCosts()
+    for name in PLANE_SOURCES:
+        assert getattr(builtin, name) == pytest.approx(getattr(costs, name), rel=1e-3), name
+    prov = simulate(tiny(), "ppo", "conduit", iterations=1).provenance["cost_parameters"]["plane"]
+    assert PLANE_PRIMITIVES_FILE in prov["source"]
+
+
+def test_runtime_settings_restated_in_plane_costs_are_the_runtimes():
+    """Read from the runtime's source text (importing it would import Ray and RLlib: seconds)."""
+    import re
+    from pathlib import Path
+
+    import conduit
+
+    rllib = Path(conduit.__file__).parent / "runtime" / "rllib"
+    env_runner, plan, callbacks = ((rllib / f"{name}.py").read_text() for name in ("env_runner", "plan", "callbacks"))
+    p = PlaneCosts()
+    assert int(re.search(r"^MAX_IN_FLIGHT = (\d+)", env_runner, re.MULTILINE).group(1)) == p.max_in_flight == p.max_coalesced_calls
+    assert f'"coalesce_s": {p.coalesce_s}' in plan
+    assert f"inline_bytes\", {int(p.inline_bytes) >> 10} << 10" in callbacks
+    assert "math.ceil(smallest / 8 / envs)" in plan and p.ppo_pieces == 8
+
+
+def test_plane_costs_from_a_calibration_file(tmp_path):
+    calibration = {"host": {"hostname": "x"}, "measurements": {
+        "plane_actor_call": {"latency": 0.004, "bandwidth": 1e18, "samples": 10},
+        "plane_ingest": {"latency": 1e-4, "bandwidth": 2e9, "samples": 10},
+        "memcpy": {"latency": None, "bandwidth": None, "samples": 0, "note": "failed"}}}
+    path = tmp_path / "plane.json"
+    path.write_text(json.dumps(calibration))
+    costs, taken = load_plane_costs(path)
+    assert costs.call_round_trip == 0.004 and costs.ingest_per_call == 1e-4 and costs.ingest_copy_bandwidth == 2e9
+    assert costs.pack_bandwidth == PlaneCosts().pack_bandwidth  # not measured there: the built-in stays
+    assert set(taken) == {"call_round_trip", "ingest_per_call", "ingest_copy_bandwidth"}
+    result = simulate(tiny(), "ppo", "conduit", iterations=1, plane_costs=path)
+    assert result.provenance["cost_parameters"]["plane"]["values"]["call_round_trip"] == 0.004
+    assert str(path) in result.provenance["cost_parameters"]["plane"]["source"]
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"call_round_trip": -1}, "call_round_trip"),
+    ({"call_round_trp": 1e-3}, "call_round_trip"),  # a typo names the closest field
+    ({"max_in_flight": 2.5}, "max_in_flight"),
+    ({"measurements": {"plane_ingest": {"latency": "fast", "bandwidth": 1e9, "samples": 3}}}, "plane_ingest"),
+    ({"measurements": {"disk_read": {"latency": 1.0, "bandwidth": 1e9, "samples": 3}}}, "measurements"),
+])
+def test_bad_plane_cost_files_name_the_file_and_field(tmp_path, data, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CostFileError) as err:
+        load_plane_costs(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_plane_costs_mapping_round_trips():
+    costs = PlaneCosts()
+    again = plane_costs_from_mapping({f.name: getattr(costs, f.name) for f in fields(costs)})
+    assert asdict(again) == asdict(costs)
+
+
+def test_calibrate_measures_the_plane_in_process():
+    from conduit.runtime.calibrate import measure_plane
+
+    ms = measure_plane(quick=True, ray=False)
+    for name in ("plane_ingest", "plane_deliver", "memcpy"):
+        assert ms[name].ok, ms[name].note
+        assert ms[name].latency >= 0 and ms[name].bandwidth > 0
+    assert "plane_actor_call" not in ms
