@@ -28,6 +28,7 @@ the published figures, with provenance), ``paper_table.png`` (with matplotlib) a
 
     python studies/paper_table.py [--quick] [--algorithms ppo appo dqn grpo] [--gpus 8 64 128 1024]
                                   [--seeds 0 1 2] [--stock-costs FILE] [--out results/paper_table]
+    python studies/paper_table.py --merge DIR [DIR ...] --out DIR   # one table from runs made apart
 
 ``--quick`` (for tests): 8 GPUs only, two seeds.
 """
@@ -98,9 +99,13 @@ def warmup_updates(algorithm: str, iterations: int) -> int:
 
 def steady_iterations(sim: Simulation, rounds: int = MIN_ROUNDS) -> int:
     """The fewest iterations whose measured window (after warm-up) holds ``rounds`` rounds of the
-    algorithm (:func:`conduit.sim.provenance.round_updates` of this layout) and at least
-    :data:`~conduit.sim.provenance.TREND_MIN_UPDATES` updates, so that the trend check runs too."""
-    need = max(rounds * round_updates(sim), TREND_MIN_UPDATES)
+    algorithm (:func:`conduit.sim.provenance.round_updates` of this layout); for the asynchronous
+    loops (APPO, DQN), whose queues and buffers take a while to settle, also at least
+    :data:`~conduit.sim.provenance.TREND_MIN_UPDATES` updates, so that the trend check runs. (A
+    synchronous PPO iteration starts from the same state every time: one round is one update.)"""
+    need = rounds * round_updates(sim)
+    if sim.workload.algorithm != "ppo":
+        need = max(need, TREND_MIN_UPDATES)
     n = need + 1
     while n - warmup_updates(sim.workload.algorithm, n) < need:
         n += 1
@@ -284,11 +289,16 @@ def draw(rows: list[dict[str, Any]]):
 
 
 def _git_commit() -> str:
+    """HEAD's commit, marked ``+dirty`` when tracked files under ``conduit/`` or ``studies/`` differ from it."""
+    here = Path(__file__).resolve().parent
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                                cwd=here, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "../conduit", "."],
+                               capture_output=True, text=True, check=True, cwd=here, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return commit + ("+dirty" if dirty else "")
 
 
 def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any]], provenance: dict[str, Any],
@@ -320,7 +330,8 @@ def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any
         "",
         f"- project version {provenance['project_version']}, git commit `{provenance['git_commit']}`",
         f"- stock costs: {provenance['stock_costs']['source']}",
-        f"- policies: baseline `{BASELINE}`, headline `{HEADLINE}`"
+        f"- policies: baseline `{BASELINE}`, headline `{HEADLINE}` (whatever the registry holds under that name "
+        "at the commit above; its simulated route is in `conduit/sim/{ppo,appo,dqn,direct}.py`)"
         + (f", design targets {', '.join(provenance['design_targets'])}" if provenance["design_targets"] else
            ", no design-target variant registered"),
         "- topologies (SHA-256 of devices and links): "
@@ -363,6 +374,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stock-costs", default=None, help="stock cost file (YAML/JSON of StockCosts fields)")
     parser.add_argument("--out", type=Path, default=Path("results/paper_table"))
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
+                        help="write one table from earlier outputs (their runs.csv and provenance.json), run nothing")
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     args.algorithms = args.algorithms or list(ALGORITHMS)
@@ -373,8 +386,76 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+_INT_COLUMNS = ("gpus", "seed", "iterations", "measured_updates", "violations")
+_FLOAT_COLUMNS = ("rounds_measured", "iteration_time_s", "exposed_experience_path_s", "experience_share", "sim_wall_s")
+
+
+def read_runs(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The runs (typed back from ``runs.csv``) and the provenance a previous run wrote in ``directory``."""
+    runs = []
+    with (directory / "runs.csv").open() as fh:
+        for row in csv.DictReader(fh):
+            for k in _INT_COLUMNS:
+                row[k] = int(row[k])
+            for k in _FLOAT_COLUMNS:
+                row[k] = float(row[k])
+            runs.append(row)
+    return runs, json.loads((directory / "provenance.json").read_text())
+
+
+def merge(directories: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Runs and provenance of several earlier outputs (e.g. the small scales and 1,024 GPUs run
+    apart), refusing two that disagree on the stock costs or the project version."""
+    runs: list[dict[str, Any]] = []
+    merged: dict[str, Any] = {}
+    for directory in directories:
+        more, prov = read_runs(directory)
+        if merged:
+            for key in ("stock_costs", "project_version"):
+                if prov[key] != merged[key]:
+                    raise SystemExit(f"--merge: {directory} has other {key} than {directories[0]}")
+            merged["topologies"].update(prov["topologies"])
+            merged["runs"] += prov["runs"]
+            merged["seeds"] = sorted(set(merged["seeds"]) | set(prov["seeds"]))
+            merged["git_commit"] = ", ".join(dict.fromkeys([*merged["git_commit"].split(", "), prov["git_commit"]]))
+            merged["design_targets"] = sorted(set(merged["design_targets"]) | set(prov["design_targets"]))
+        else:
+            merged = dict(prov)
+        runs += more
+    merged["merged_from"] = [str(d) for d in directories]
+    return runs, merged
+
+
+def write_outputs(args: argparse.Namespace, runs: list[dict[str, Any]], provenance: dict[str, Any],
+                  wall: float) -> list[dict[str, Any]]:
+    rows = summarise(runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    _write_csv(args.out / "runs.csv", runs)
+    _write_csv(args.out / "paper_table.csv", rows)
+    (args.out / "provenance.json").write_text(json.dumps(provenance, indent=1, default=str) + "\n")
+    write_report(args.out, rows, runs, provenance, args, wall)
+    if not args.no_plot:
+        try:
+            fig = draw(rows)
+        except ImportError:
+            print("matplotlib is not installed (pip install 'conduit[plot]'): no figure")
+        else:
+            fig.savefig(args.out / "paper_table.png", dpi=120)
+    print()
+    print(format_table(rows))
+    print()
+    print(published_comparison(rows))
+    print(f"\nwrote {args.out}/paper_table.{{csv,md,png}}, runs.csv, provenance.json ({wall:.0f} s)")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        runs, provenance = merge(args.merge)
+        args.seeds = provenance["seeds"]
+        write_outputs(args, runs, provenance, sum(r["sim_wall_s"] for r in runs))
+        return 0
     stock, stock_source = resolve_stock_costs(args.stock_costs)
     policies = [BASELINE, HEADLINE, *design_targets()]
     started = time.perf_counter()
@@ -395,11 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"iteration {1e3 * row['iteration_time_s']:.2f} ms, exposed "
                       f"{1e3 * row['exposed_experience_path_s']:.3f} ms, {row['iterations']} iterations, "
                       f"{row['sim_wall_s']:.1f} s", flush=True)
-    rows = summarise(runs)
     wall = time.perf_counter() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    _write_csv(args.out / "runs.csv", runs)
-    _write_csv(args.out / "paper_table.csv", rows)
     provenance = {
         "project_version": run_provenance[0]["provenance"]["project_version"] if run_provenance else "unknown",
         "git_commit": _git_commit(),
@@ -410,20 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": args.seeds,
         "runs": run_provenance,
     }
-    (args.out / "provenance.json").write_text(json.dumps(provenance, indent=1, default=str) + "\n")
-    write_report(args.out, rows, runs, provenance, args, wall)
-    if not args.no_plot:
-        try:
-            fig = draw(rows)
-        except ImportError:
-            print("matplotlib is not installed (pip install 'conduit[plot]'): no figure")
-        else:
-            fig.savefig(args.out / "paper_table.png", dpi=120)
-    print()
-    print(format_table(rows))
-    print()
-    print(published_comparison(rows))
-    print(f"\nwrote {args.out}/paper_table.{{csv,md,png}}, runs.csv, provenance.json ({wall:.0f} s)")
+    write_outputs(args, runs, provenance, wall)
     return 0
 
 

@@ -111,6 +111,14 @@ def test_paper_table_report_stands_next_to_the_published_figures_with_provenance
         assert (paper_out / "paper_table.png").stat().st_size > 0
 
 
+def test_paper_table_merge_rebuilds_the_same_table_from_its_runs(paper_out, tmp_path):
+    assert paper.main(["--merge", str(paper_out), "--out", str(tmp_path), "--no-plot"]) == 0
+    assert _rows(tmp_path / "paper_table.csv") == _rows(paper_out / "paper_table.csv")
+    assert _rows(tmp_path / "runs.csv") == _rows(paper_out / "runs.csv")
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert prov["merged_from"] == [str(paper_out)]
+
+
 def test_sensitivity_quick_writes_heatmap_cells_with_zero_violations(tmp_path):
     algorithms = ["appo", "grpo"]
     assert sensitivity.main(["--quick", "--algorithms", *algorithms, "--out", str(tmp_path)]) == 0
