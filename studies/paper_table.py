@@ -386,6 +386,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _provenance(run_provenance: list[dict[str, Any]], stock: StockCosts | None, stock_source: str | None,
+                policies: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "project_version": run_provenance[0]["provenance"]["project_version"] if run_provenance else "unknown",
+        "git_commit": _git_commit(),
+        "stock_costs": {"source": stock_source or "built-in defaults (conduit/sim/params.py StockCosts)",
+                        "values": vars(stock or StockCosts())},
+        "design_targets": [p for p in policies if p not in (BASELINE, HEADLINE)],
+        "topologies": {c.topology.name: topology_hash(c.topology) for c in cells(args.algorithms, args.gpus)},
+        "seeds": args.seeds,
+        "runs": run_provenance,
+    }
+
+
 _INT_COLUMNS = ("gpus", "seed", "iterations", "measured_updates", "violations")
 _FLOAT_COLUMNS = ("rounds_measured", "iteration_time_s", "exposed_experience_path_s", "experience_share", "sim_wall_s")
 
@@ -472,22 +486,17 @@ def main(argv: list[str] | None = None) -> int:
                                        "seed": seed, "provenance": result.provenance,
                                        "steady_state": result.steady_state, "validity": {
                                            k: v for k, v in result.validity.items() if k != "calibrated_points"}})
+                # every finished run is on disk at once: a long run stopped early can still be merged
+                args.out.mkdir(parents=True, exist_ok=True)
+                _write_csv(args.out / "runs.csv", runs)
+                (args.out / "provenance.json").write_text(json.dumps(
+                    _provenance(run_provenance, stock, stock_source, policies, args), indent=1, default=str) + "\n")
                 print(f"{cell.algorithm:<5} {cell.gpus:>5} GPUs  {policy:<22} seed {seed}: "
                       f"iteration {1e3 * row['iteration_time_s']:.2f} ms, exposed "
                       f"{1e3 * row['exposed_experience_path_s']:.3f} ms, {row['iterations']} iterations, "
                       f"{row['sim_wall_s']:.1f} s", flush=True)
     wall = time.perf_counter() - started
-    provenance = {
-        "project_version": run_provenance[0]["provenance"]["project_version"] if run_provenance else "unknown",
-        "git_commit": _git_commit(),
-        "stock_costs": {"source": stock_source or "built-in defaults (conduit/sim/params.py StockCosts)",
-                        "values": vars(stock or StockCosts())},
-        "design_targets": [p for p in policies if p not in (BASELINE, HEADLINE)],
-        "topologies": {c.topology.name: topology_hash(c.topology) for c in cells(args.algorithms, args.gpus)},
-        "seeds": args.seeds,
-        "runs": run_provenance,
-    }
-    write_outputs(args, runs, provenance, wall)
+    write_outputs(args, runs, _provenance(run_provenance, stock, stock_source, policies, args), wall)
     return 0
 
 
