@@ -26,6 +26,7 @@ less than :data:`NO_HELP` lower than stock), ``costs/`` (the cost variants).
 
     python studies/sensitivity.py [--quick] [--algorithms ppo appo dqn grpo] [--gpus 8 64 128 1024]
                                   [--seed 0] [--out results/sensitivity]
+    python studies/sensitivity.py --merge DIR [DIR ...] --out DIR   # one report from runs made apart
 
 ``--quick`` (for tests): 8 GPUs, two ratios, two byte scales, two cost scales.
 """
@@ -197,7 +198,9 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float) 
     lines = ["# Sensitivity: where Conduit's gain holds and where it does not", "",
              f"`python studies/sensitivity.py {' '.join(args.argv)}`".replace(" `", "`"), "",
              ("Iteration-time ratio `conduit / rllib-stock` (below 1: Conduit is faster; 1.00: no gain), "
-             f"seed {args.seed}, {len(rows)} cells, {wall_s:.0f} s. Heatmaps: `sensitivity.png`; "
+             f"seed {args.seed}, {len(rows)} cells, "
+             + (f"merged from {', '.join(f'`{d}`' for d in args.merge)}" if args.merge else f"{wall_s:.0f} s")
+             + ". Heatmaps: `sensitivity.png`; "
              "every cell: `sensitivity.csv`."), "",
              "| algorithm | cells | best ratio (cell) | worst ratio (cell) | cells with < 5% gain |",
              "| --- | ---: | --- | --- | ---: |"]
@@ -251,6 +254,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("results/sensitivity"))
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
+                        help="write one report from earlier outputs (their sensitivity.csv), run nothing")
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     args.gpus = args.gpus or ([8] if args.quick else list(SCALES))
@@ -259,13 +264,58 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+_NUMERIC = ("x", "y", "gpus", "iterations", "bytes_per_step", "stock_iteration_s", "conduit_iteration_s",
+            "iteration_ratio", "stock_exposed_s", "conduit_exposed_s", "exposed_ratio", "stock_share", "violations")
+
+
+def read_cells(directory: Path) -> list[dict[str, Any]]:
+    """The cells an earlier run wrote in ``directory/sensitivity.csv``, typed back."""
+    rows = []
+    with (directory / "sensitivity.csv").open() as fh:
+        for row in csv.DictReader(fh):
+            for key in _NUMERIC:
+                text = row.get(key)
+                if text not in (None, ""):  # as written: "4" was an int, "4.0" a float
+                    row[key] = int(text) if text.lstrip("-").isdigit() else float(text)
+            rows.append(row)
+    return rows
+
+
+def write_outputs(args: argparse.Namespace, rows: list[dict[str, Any]], wall: float) -> str:
+    """``sensitivity.csv``, ``sensitivity.md`` and (with matplotlib) ``sensitivity.png``."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    with (args.out / "sensitivity.csv").open("w", newline="") as fh:
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    text = report(rows, args, wall)
+    (args.out / "sensitivity.md").write_text(text)
+    if not args.no_plot and rows:
+        try:
+            fig = draw(rows)
+        except ImportError:
+            print("matplotlib is not installed (pip install 'conduit[plot]'): no figure")
+        else:
+            fig.savefig(args.out / "sensitivity.png", dpi=110)
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        rows = [r for d in args.merge for r in read_cells(d)]
+        print(write_outputs(args, rows, 0.0))
+        return 0
     started = time.perf_counter()
     ratios = QUICK_RATIOS if args.quick else RATIOS
     byte_scales = QUICK_BYTES_SCALES if args.quick else BYTES_SCALES
     cost_scales = QUICK_COST_SCALES if args.quick else COST_SCALES
     rows: list[dict[str, Any]] = []
+    text = ""
     for algorithm in args.algorithms:
         t0 = time.perf_counter()
         if "ratio_x_bytes" in args.planes:
@@ -275,22 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows += scale_x_costs(algorithm, kind, args.gpus, cost_scales, args.seed, args.out / "costs")
         print(f"{algorithm}: {sum(r['algorithm'] == algorithm for r in rows)} cells, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
-    wall = time.perf_counter() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "sensitivity.csv").open("w", newline="") as fh:
-        columns = list(dict.fromkeys(k for r in rows for k in r))
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    text = report(rows, args, wall)
-    (args.out / "sensitivity.md").write_text(text)
-    if not args.no_plot:
-        try:
-            fig = draw(rows)
-        except ImportError:
-            print("matplotlib is not installed (pip install 'conduit[plot]'): no figure")
-        else:
-            fig.savefig(args.out / "sensitivity.png", dpi=110)
+        # the outputs so far, rewritten after every algorithm: a long run stopped early keeps them
+        text = write_outputs(args, rows, time.perf_counter() - started)
     print(text)
     return 0
 

@@ -153,6 +153,10 @@ def test_sensitivity_quick_writes_heatmap_cells_with_zero_violations(tmp_path):
             assert f"- {algorithm}: at least" in section
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "sensitivity.png").stat().st_size > 0
+    # --merge rebuilds the same cells (e.g. from algorithms run in separate processes)
+    merged = tmp_path / "merged"
+    assert sensitivity.main(["--merge", str(tmp_path), "--out", str(merged), "--no-plot"]) == 0
+    assert _rows(merged / "sensitivity.csv") == rows
 
 
 @settings(max_examples=60, deadline=None)
