@@ -304,6 +304,7 @@ def _git_commit() -> str:
 def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any]], provenance: dict[str, Any],
                  args: argparse.Namespace, wall_s: float) -> None:
     weak = where_it_does_not_help(rows)
+    dominated = [r for r in rows if r["label"] == "headline" and r["stock_share"] > 0.9]
     warned = [r for r in runs if r["warnings"]]
     kinds = sorted({w.split(":")[0] for r in warned for w in r["warnings"].split(" | ")})
     text = [
@@ -321,6 +322,16 @@ def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any
         "## Next to the published figures",
         "",
         published_comparison(rows),
+        "",
+        "## Read before citing",
+        "",
+        "These are simulated figures. Every run extrapolates beyond the points the stock costs were fitted "
+        "on (2-core CPU machine; the validity warnings are in `runs.csv`), and the out-of-sample error of "
+        "the simulator is reported by `studies/validation.py`, not here. "
+        + (("Cells whose stock experience share exceeds 90% ("
+            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs, {100 * r['stock_share']:.0f}%" for r in dominated)
+            + ") are dominated by the stock model's serial driver work; their reductions are bounded by that "
+            "model, which no measurement at that scale confirms.") if dominated else ""),
         "",
         "## Where Conduit does not help (iteration time less than 5% lower)",
         "",
