@@ -234,7 +234,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float) 
                          f"would otherwise spend waiting for new samples.")
         elif weak:
             lines.append(f"- **{algorithm}**: less than {100 * NO_HELP:.0f}% in {len(weak)} of {len(cells)} cells: "
-                         + "; ".join(f"{where(r)} ({100 * (1 - r['iteration_ratio']):+.1f}%)" for r in weak[:12])
+                         + "; ".join(f"{where(r)} (gain {100 * (1 - r['iteration_ratio']):+.1f}%)" for r in weak[:12])
                          + (" ..." if len(weak) > 12 else ""))
         else:
             lines.append(f"- {algorithm}: at least {100 * NO_HELP:.0f}% in every cell "
