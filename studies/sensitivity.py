@@ -165,8 +165,8 @@ def draw(rows: list[dict[str, Any]]):
 
     algorithms = [a for a in ALGORITHMS if any(r["algorithm"] == a for r in rows)]
     planes = [p for p in PLANES if any(r["plane"] == p for r in rows)]
-    fig, axes = plt.subplots(len(algorithms), len(planes), figsize=(4.2 * len(planes), 3.2 * len(algorithms)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(algorithms), len(planes), figsize=(4.8 * len(planes) + 1, 3.6 * len(algorithms)),
+                             squeeze=False, layout="constrained")
     image = None
     for i, algorithm in enumerate(algorithms):
         for j, plane in enumerate(planes):
