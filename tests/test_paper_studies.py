@@ -176,7 +176,7 @@ def test_mean_ci_of_one_seed_has_no_interval():
     assert math.isnan(paper.mean_ci([])[0])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(st.sampled_from(["ppo", "appo", "dqn"]), st.integers(1, 5000))
 def test_warmup_rule_is_the_engines(algorithm, iterations):
     sim = Simulation(load_topology("dgx-h100"), load_workload(algorithm), create_policy("rllib-stock"),
