@@ -16,12 +16,17 @@ placement's staging tier looked up once per decision, the env-step distribution'
 per run, the PPO plan's per-node learner lists once) apply to both sides: for the whole change,
 compare with an earlier commit.
 
+``--profile`` runs every policy once more under cProfile and prints where its time goes, by layer
+(the flow network and its solver, the placement decision, the algorithm loops, SimPy's own event
+loop, the auditor and ledgers; NumPy and builtins count for the layer that called them), with the network's counters: re-solves, flows re-rated per re-solve
+and the classes and entries of the mean max-min solve -- the figures that tell which lever is left.
+
 Wall times on a shared machine are noisy: compare the ratios printed by one run, and rerun before
 believing a small difference. The policies run alternately first-to-last and last-to-first over
 ``--repeats`` (medians), so drift hits all of them.
 
     python benchmarks/sim_speed.py [--iterations 100] [--policies rllib-stock conduit all-gpu host-only]
-                                   [--reference] [--repeats 1]
+                                   [--reference] [--repeats 1] [--profile]
 """
 
 from __future__ import annotations
@@ -53,6 +58,75 @@ def _run(topology, workload, policy: str, iterations: int, memoize: bool):
     return time.perf_counter() - start, result
 
 
+#: profile layers: (label, path fragments of the functions' files), first match wins
+LAYERS = (
+    ("flow network (network, maxmin, routing)", ("conduit/sim/network.py", "conduit/sim/maxmin.py",
+                                                 "conduit/sim/routing.py")),
+    ("placement decision (policy, arbiter, view)", ("conduit/policies/", "conduit/plane/arbiter.py",
+                                                    "conduit/sim/view.py", "conduit/view.py")),
+    ("algorithm loops (ppo, appo, dqn, direct, engine)", ("conduit/sim/ppo.py", "conduit/sim/appo.py",
+                                                          "conduit/sim/dqn.py", "conduit/sim/direct.py",
+                                                          "conduit/sim/engine.py")),
+    ("auditor, ledgers, resources, traces", ("conduit/audit.py", "conduit/plane/", "conduit/sim/resources.py",
+                                             "conduit/sim/metrics.py", "conduit/chunk.py")),
+    ("SimPy's event loop", ("simpy/",)),
+)
+
+
+def profile(topology, workload, policy: str, iterations: int) -> None:
+    """Run once under cProfile; print own time by layer and the network's counters."""
+    import cProfile
+    import pstats
+
+    from conduit.sim import maxmin
+    from conduit.sim import network as network_module
+
+    sizes: list[tuple[int, int]] = []
+    solver = maxmin.max_min_rates
+
+    def counted(flows, links, capacity, n_flows=None, **kw):
+        sizes.append((n_flows or 0, len(flows)))
+        return solver(flows, links, capacity, n_flows, **kw)
+
+    sim = Simulation(topology, workload, create_policy(policy), iterations=iterations, seed=0)
+    prof = cProfile.Profile()
+    network_module.maxmin.max_min_rates = counted
+    try:
+        prof.enable()
+        result = sim.run()
+        prof.disable()
+    finally:
+        network_module.maxmin.max_min_rates = solver
+    stats = pstats.Stats(prof).stats
+    total = sum(tt for (_cc, _nc, tt, _ct, _callers) in stats.values()) or 1.0
+    other = "other (interpreter, library code called from elsewhere)"
+
+    def layer_of(key) -> str | None:
+        name = key[0].replace("\\", "/")
+        return next((label for label, parts in LAYERS if any(p in name for p in parts)), None)
+
+    by_layer: dict[str, float] = {}
+    for key, (_cc, _nc, tt, _ct, callers) in stats.items():
+        layer = layer_of(key)
+        if layer is not None or not callers:
+            by_layer[layer or other] = by_layer.get(layer or other, 0.0) + tt
+            continue
+        # numpy and builtins count for the layer that called them, in proportion to each caller's share
+        edge_total = sum(edge[2] for edge in callers.values()) or 1.0
+        for caller, edge in callers.items():
+            target = layer_of(caller) or other
+            by_layer[target] = by_layer.get(target, 0.0) + tt * edge[2] / edge_total
+    net = sim.network
+    print(f"{policy}: {result.events} events, {result.metrics['chunks']} chunks; own time by layer:")
+    for layer, tt in sorted(by_layer.items(), key=lambda kv: -kv[1]):
+        print(f"    {100 * tt / total:5.1f}%  {layer}")
+    solves = len(sizes)
+    print(f"    network: {net.events} flow starts+ends, {net.resolves} re-rating instants, "
+          f"{net.resolved_flows / max(1, net.resolves):.1f} flows re-rated per instant, {solves} max-min solves "
+          f"of {sum(s[0] for s in sizes) / max(1, solves):.0f} classes / {sum(s[1] for s in sizes) / max(1, solves):.0f} "
+          f"entries on average")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default="dgx-h100-x128")
@@ -62,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES))
     parser.add_argument("--reference", action="store_true",
                         help="also run the straightforward view (memoize_view=False) and check identical results")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile every policy once and print its time by layer")
     args = parser.parse_args(argv)
     if args.iterations < 1 or args.repeats < 1:
         parser.error("--iterations and --repeats must be >= 1")
@@ -108,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "meets" if per_100[worst] <= TARGET_S_PER_100 else "misses"
     print(f"slowest policy: {worst}, {per_100[worst]:.1f} s per 100 iterations "
           f"({verdict} the target <= {TARGET_S_PER_100:g} s on the 2-core development machine)")
+    if args.profile:
+        print()
+        for name in args.policies:
+            profile(topology, workload, name, args.iterations)
     return status
 
 
