@@ -49,7 +49,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -443,18 +443,20 @@ def _measure_disk(plan: _Plan, tmpdir: str | None, host: dict[str, Any]) -> list
 # --- Ray object store ------------------------------------------------------------------------------------
 
 
-def _measure_object_store(plan: _Plan, progress: Progress | None, host: dict[str, Any]) -> list[Measurement]:
-    names = ("object_store_put", "object_store_get")
-    try:
-        import ray
-    except Exception as exc:  # noqa: BLE001 - any import failure means "no Ray here"
-        return [_failed(n, f"ray is not importable ({type(exc).__name__}: {exc})") for n in names]
-    host["ray"] = getattr(ray, "__version__", "?")
+class RayStartError(Exception):
+    """Ray could not be started for a measurement (the measurement records why and the run goes on)."""
+
+
+@contextlib.contextmanager
+def _local_ray(ray: Any, prefix: str, store: int, progress: Progress | None = None) -> Iterator[bool]:
+    """A Ray for a measurement: the running one if there is one, else a local one (one CPU, token auth off,
+    usage stats off, its own temp dir, ``store`` bytes of object store) shut down on exit. Yields whether
+    it was started here. The environment variables it sets are restored and the temp dir removed on
+    exit; a failed start raises :class:`RayStartError`."""
     import logging
 
     own = not ray.is_initialized()
-    tmp = tempfile.mkdtemp(prefix="rcal-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    store = max(128 * MiB, 4 * max(plan.mid))
+    tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp" if os.path.isdir("/tmp") else None)
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
     os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -463,54 +465,13 @@ def _measure_object_store(plan: _Plan, progress: Progress | None, host: dict[str
             if progress is not None:
                 progress(f"calibrate: starting Ray (num_cpus=1, object store {format_quantity(store, Kind.BYTES)}, "
                          f"temp dir {tmp})")
-            t0 = time.perf_counter()
             try:
                 ray.init(num_cpus=1, include_dashboard=False, _temp_dir=tmp, object_store_memory=store,
                          log_to_driver=False, logging_level=logging.WARNING)
-            except Exception as exc:  # noqa: BLE001 - record and go on without the object store
-                reason = f"Ray failed to start: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                return [_failed(n, reason) for n in names]
-            host["ray_start_s"] = time.perf_counter() - t0
-        where = "local Ray started for the purpose" if own else "the already-running Ray instance"
-        big = _filled(max(plan.mid))
-
-        # the first large put lands on pages the store has never touched (tmpfs first touch)
-        cold_s = _clock(lambda: ray.put(big))
-        host["object_store_cold_put_bandwidth"] = big.nbytes / cold_s
-        # warm the store's arena: fill most of it with 1 MiB objects, then free them
-        one = _filled(1 * MiB)
-        fill = min(plan.store_fill, int(0.7 * store / MiB))
-        refs = [ray.put(one) for _ in range(fill)]
-        del refs
-        time.sleep(0.2)
-
-        def put(s: int) -> float:
-            a = big[:s]
-            t0 = time.perf_counter()
-            ref = ray.put(a)
-            elapsed = time.perf_counter() - t0
-            del ref
-            return elapsed
-
-        refs_by_size = {s: ray.put(big[:s]) for s in plan.mid}
-
-        def get(s: int) -> float:
-            t0 = time.perf_counter()
-            value = ray.get(refs_by_size[s])
-            elapsed = time.perf_counter() - t0
-            del value
-            return elapsed
-
-        cold = format_quantity(big.nbytes / cold_s, Kind.BANDWIDTH)
-        p = _sweep("object_store_put", put, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
-                   f"ray.put of a uint8 numpy array, {where}, warm store (filled with 1 MiB objects and freed "
-                   f"first); the first, cold put of {format_quantity(big.nbytes, Kind.BYTES)} ran at {cold} "
-                   f"(first touch of the store's shared memory)")
-        g = _sweep("object_store_get", get, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
-                   f"ray.get of a stored numpy array, {where} (objects over 100 KiB map the store's memory: "
-                   f"zero-copy, read-only)")
-        refs_by_size.clear()
-        return [p, g]
+            except Exception as exc:  # the caller records it and goes on
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                raise RayStartError(f"Ray failed to start: {type(exc).__name__}: {first}") from exc
+        yield own
     finally:
         if own:
             with contextlib.suppress(Exception):
@@ -521,6 +482,69 @@ def _measure_object_store(plan: _Plan, progress: Progress | None, host: dict[str
             else:
                 os.environ[key] = value
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _measure_object_store(plan: _Plan, progress: Progress | None, host: dict[str, Any]) -> list[Measurement]:
+    names = ("object_store_put", "object_store_get")
+    try:
+        import ray
+    except Exception as exc:  # noqa: BLE001 - any import failure means "no Ray here"
+        return [_failed(n, f"ray is not importable ({type(exc).__name__}: {exc})") for n in names]
+    host["ray"] = getattr(ray, "__version__", "?")
+    store = max(128 * MiB, 4 * max(plan.mid))
+    t0 = time.perf_counter()
+    try:
+        with _local_ray(ray, "rcal-", store, progress) as own:
+            if own:
+                host["ray_start_s"] = time.perf_counter() - t0
+            return _object_store_sweeps(ray, plan, host, own, store)
+    except RayStartError as exc:  # record and go on without the object store
+        return [_failed(n, str(exc)) for n in names]
+
+
+def _object_store_sweeps(ray: Any, plan: _Plan, host: dict[str, Any], own: bool, store: int) -> list[Measurement]:
+    """ray.put/get sweeps on the Ray that :func:`_local_ray` gave (``own``: started for the purpose;
+    ``store``: its object store's bytes)."""
+    where = "local Ray started for the purpose" if own else "the already-running Ray instance"
+    big = _filled(max(plan.mid))
+
+    # the first large put lands on pages the store has never touched (tmpfs first touch)
+    cold_s = _clock(lambda: ray.put(big))
+    host["object_store_cold_put_bandwidth"] = big.nbytes / cold_s
+    # warm the store's arena: fill most of it with 1 MiB objects, then free them
+    one = _filled(1 * MiB)
+    fill = min(plan.store_fill, int(0.7 * store / MiB))
+    refs = [ray.put(one) for _ in range(fill)]
+    del refs
+    time.sleep(0.2)
+
+    def put(s: int) -> float:
+        a = big[:s]
+        t0 = time.perf_counter()
+        ref = ray.put(a)
+        elapsed = time.perf_counter() - t0
+        del ref
+        return elapsed
+
+    refs_by_size = {s: ray.put(big[:s]) for s in plan.mid}
+
+    def get(s: int) -> float:
+        t0 = time.perf_counter()
+        value = ray.get(refs_by_size[s])
+        elapsed = time.perf_counter() - t0
+        del value
+        return elapsed
+
+    cold = format_quantity(big.nbytes / cold_s, Kind.BANDWIDTH)
+    p = _sweep("object_store_put", put, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
+               f"ray.put of a uint8 numpy array, {where}, warm store (filled with 1 MiB objects and freed "
+               f"first); the first, cold put of {format_quantity(big.nbytes, Kind.BYTES)} ran at {cold} "
+               f"(first touch of the store's shared memory)")
+    g = _sweep("object_store_get", get, plan.mid, plan.budget, plan.min_rep, plan.max_rep,
+               f"ray.get of a stored numpy array, {where} (objects over 100 KiB map the store's memory: "
+               f"zero-copy, read-only)")
+    refs_by_size.clear()
+    return [p, g]
 
 
 # --- the plane's own primitives (PlaneCosts) ----------------------------------------------------------
@@ -587,55 +611,35 @@ def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> Measurement:
         import ray
     except Exception as exc:  # noqa: BLE001 - any import failure means "no Ray here"
         return _failed(name, f"ray is not importable ({type(exc).__name__}: {exc})")
-    import logging as _logging
-
     from conduit.contracts import OnPolicy
     from conduit.runtime.ray_plane import PlaneCluster
 
-    own = not ray.is_initialized()
-    tmp = tempfile.mkdtemp(prefix="rcalp-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = None
     try:
-        if own:
+        with _local_ray(ray, "rcalp-", 128 * MiB):
+            cluster = PlaneCluster.start({"x": "float32"}, OnPolicy(), batch_steps=8, learners={"l": "local"},
+                                         capacities={"pageable": 8 * MiB, "nvme": 8 * MiB},
+                                         actor_options={"num_cpus": 0})
             try:
-                ray.init(num_cpus=1, include_dashboard=False, _temp_dir=tmp, object_store_memory=128 * MiB,
-                         log_to_driver=False, logging_level=_logging.WARNING)
-            except Exception as exc:  # noqa: BLE001 - record and go on
-                return _failed(name, f"Ray failed to start: {type(exc).__name__}: {exc}")
-        cluster = PlaneCluster.start({"x": "float32"}, OnPolicy(), batch_steps=8, learners={"l": "local"},
-                                     capacities={"pageable": 8 * MiB, "nvme": 8 * MiB},
-                                     actor_options={"num_cpus": 0})
-        reps = 30 if plan.quick else 300
-        times = []
-        for v in range(reps + 5):
-            t0 = time.perf_counter()
-            cluster.set_policy_version(v)
-            if v >= 5:
-                times.append(time.perf_counter() - t0)
-        lat = statistics.median(times)
-        # a control call carries no payload: no per-byte term (a nominal, effectively infinite bandwidth)
-        return Measurement(name, 1e18, lat, reps,
-                           "PlaneCluster.set_policy_version on a local PlaneActor (a control call: no payload, "
-                           "no plane work), wall time, median; latency is the round trip, no per-byte term",
-                           [0], [lat])
+                reps = 30 if plan.quick else 300
+                times = []
+                for v in range(reps + 5):
+                    t0 = time.perf_counter()
+                    cluster.set_policy_version(v)
+                    if v >= 5:
+                        times.append(time.perf_counter() - t0)
+            finally:  # before the Ray it runs on ends
+                with contextlib.suppress(Exception):
+                    cluster.shutdown()
+    except RayStartError as exc:  # record and go on
+        return _failed(name, str(exc))
     except Exception as exc:  # noqa: BLE001 - record why
         return _failed(name, f"{type(exc).__name__}: {exc}")
-    finally:
-        if cluster is not None:
-            with contextlib.suppress(Exception):
-                cluster.shutdown()
-        if own:
-            with contextlib.suppress(Exception):
-                ray.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(tmp, ignore_errors=True)
+    lat = statistics.median(times)
+    # a control call carries no payload: no per-byte term (a nominal, effectively infinite bandwidth)
+    return Measurement(name, 1e18, lat, reps,
+                       "PlaneCluster.set_policy_version on a local PlaneActor (a control call: no payload, "
+                       "no plane work), wall time, median; latency is the round trip, no per-byte term",
+                       [0], [lat])
 
 
 def measure_plane(quick: bool = False, ray: bool = True, progress: Progress | None = None) -> Measurements:

@@ -89,7 +89,6 @@ from typing import Any
 import simpy
 
 from conduit.sim.cluster import LearnerRole, RunnerRole
-from conduit.sim.metrics import UpdateTrace
 from conduit.sim.resources import FifoServer
 
 #: the quantum a sample call is held in on an oversubscribed node (see the module docstring)
@@ -522,19 +521,9 @@ class DeployedRoute:
                 yield simpy.AllOf(self.env, calls)
                 ready = self.env.now
                 self.rec.span(update, "b", t_b, ready)
-                traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
-                          for lr in learners]
-                yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
-                    w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
-                self.rec.span(update, "update", ready, self.env.now)
-                for u in traces:
-                    u.t_end = t_free[u.learner] = self.env.now
-                self.rec.updates.extend(traces)
-                self._tick(update)
+                yield from self.dqn_update(update, learners, t_free, last_created, ready)
                 update += 1
-            t_sync = self.env.now
-            yield self.env.timeout(w.weight_sync_time)
-            self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
+            yield from self.dqn_weight_sync(it, update)
         self._stop = True
 
     def _deployed_dqn_sample(self, runner: RunnerRole, outbox: simpy.Store) -> Generator:

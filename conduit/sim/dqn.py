@@ -124,19 +124,31 @@ class DqnLoop:
                     for cid, _ in selections[lr.id]:
                         if math.isnan(self.rec.chunks[cid].t_ready):
                             self.rec.chunks[cid].t_ready = ready
-                u_traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
-                            for lr in learners]
-                yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
-                    w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
-                self.rec.span(update, "update", ready, self.env.now)
-                for u in u_traces:
-                    u.t_end = t_free[u.learner] = self.env.now
-                self.rec.updates.extend(u_traces)
-                self._tick(update)
+                yield from self.dqn_update(update, learners, t_free, last_created, ready)
                 update += 1
-            t_sync = self.env.now
-            yield self.env.timeout(w.weight_sync_time)
-            self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
+            yield from self.dqn_weight_sync(it, update)
+
+    def dqn_update(self, update: int, learners: list[LearnerRole], t_free: dict[str, float], last_created: float,
+                   ready: float) -> Generator:
+        """Every learner trains on its batch, ready at ``ready`` (``Learner.update``: one call's overhead plus
+        the per-sample cost on the learner's device), traced; then the loop's tick. Stock and deployed DQN
+        share it: they differ in how the batch reaches the learner, not in the update."""
+        w = self.workload
+        traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
+                  for lr in learners]
+        yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
+            w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
+        self.rec.span(update, "update", ready, self.env.now)
+        for u in traces:
+            u.t_end = t_free[u.learner] = self.env.now
+        self.rec.updates.extend(traces)
+        self._tick(update)
+
+    def dqn_weight_sync(self, it: int, update: int) -> Generator:
+        """The round's weight sync to the runners (RLlib's ``sync_weights`` after the round's updates)."""
+        t_sync = self.env.now
+        yield self.env.timeout(self.workload.weight_sync_time)
+        self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
 
     def _stock_dqn_fetch(self, runner: RunnerRole, cid: int) -> Generator:
         """One runner's result: pickle + put on the runner, the overlapping round trip, the pull to
