@@ -16,19 +16,22 @@ never required: ``to_frame()`` raises an :class:`ImportError` naming it when it 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import itertools
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from conduit.errors import ConduitError
 from conduit.progress_display import resolve_progress
 from conduit.results import Table, result_rows, to_frame
 
-__all__ = ["METRIC_COLUMNS", "Table", "parse_grid", "parse_list", "resolve_progress", "result_rows", "sweep",
-           "to_frame"]
+__all__ = ["METRIC_COLUMNS", "Table", "load_script", "parse_grid", "parse_list", "resolve_progress", "result_rows",
+           "sweep", "to_frame"]
 
 DEFAULT_TOPOLOGY = "dgx-h100-x2"
 DEFAULT_WORKLOAD = "ppo"
@@ -49,6 +52,27 @@ METRIC_COLUMNS = (
 )
 
 # -- sweep ------------------------------------------------------------------------------------------
+def load_script(path: str | Path) -> ModuleType:
+    """A study script loaded by path, as the module named by its file's stem (studies are scripts, not a
+    package, and one study reuses another's workloads or figures). Loaded once: it is registered in
+    ``sys.modules`` before it runs, because the dataclasses it defines look their module up there."""
+    path = Path(path)
+    name = path.stem
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConduitError(f"{path}: not a Python script")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
 def parse_grid(items: Sequence[str] | None) -> dict[str, list[str]]:
     """``["key=v1,v2", ...]`` (``--grid``) as ``{key: [v1, v2]}``."""
     grid: dict[str, list[str]] = {}

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import sys
 import time
@@ -33,6 +32,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from conduit.studies import load_script
 
 HERE = Path(__file__).resolve().parent
 
@@ -151,14 +152,7 @@ def run_ppo(side: str, seed: int, threshold: float, budget: int, log: Any = prin
 
 def _study(name: str) -> Any:
     """Another study script (``studies/<name>.py``), loaded by path: studies are scripts, not a package."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(HERE / f"{name}.py")
 
 
 def _rllib_study() -> Any:

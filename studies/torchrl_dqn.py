@@ -53,13 +53,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import sys
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
+
+from conduit.studies import load_script
 
 HERE = Path(__file__).resolve().parent
 
@@ -207,14 +208,7 @@ def run_dqn(side: str, seed: int, threshold: float = THRESHOLD, budget: int = BU
 
 def _rllib_study() -> Any:
     """``studies/rllib_convergence.py`` (its figure and report), loaded by path: studies are scripts."""
-    if "rllib_convergence" in sys.modules:
-        return sys.modules["rllib_convergence"]
-    spec = importlib.util.spec_from_file_location("rllib_convergence", HERE / "rllib_convergence.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(HERE / "rllib_convergence.py")
 
 
 def main(argv: list[str] | None = None) -> int:

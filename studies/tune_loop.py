@@ -23,7 +23,6 @@ tuned parameters against the defaults in a real RLlib run.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -33,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from conduit.studies import load_script
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 HERE = Path(__file__).resolve().parent
@@ -40,15 +41,8 @@ DEFAULT_CALIBRATION = Path("results/validation/calibration.json")
 
 
 def _validation() -> Any:
-    name = "validation"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """``studies/validation.py``, loaded by path (studies are scripts, not a package)."""
+    return load_script(HERE / "validation.py")
 
 
 def mechanisms(workload: Any, default: Mapping[str, Any], tuned: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -46,7 +46,6 @@ with the same resources outside the study (Ray ``num_cpus`` 2 or 3): they are re
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -56,6 +55,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from conduit.studies import load_script
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -78,15 +79,7 @@ DEFAULT_PRIMITIVES = ROOT / "benchmarks" / "stock_primitives.2core-vm.json"
 
 def experience_path_study() -> Any:
     """``studies/rllib_experience_path.py``, loaded by path (studies are scripts, not a package)."""
-    name = "rllib_experience_path"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(HERE / "rllib_experience_path.py")
 
 
 # ------------------------------------------------------------------------------------------------

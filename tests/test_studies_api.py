@@ -292,3 +292,27 @@ def test_cli_workload_list_and_show():
 
     missing = run("workload", "show", "nope")
     assert missing.returncode == 2 and "unknown workload 'nope'" in missing.stderr
+
+
+def test_load_script_registers_the_module_once_and_unregisters_a_failed_one(tmp_path, monkeypatch):
+    """Studies load each other by path (they are scripts): the module is registered under the file's
+    stem before it runs (its dataclasses look it up there), loaded once, and a script that fails to
+    run leaves no half-made module behind."""
+    import sys
+
+    from conduit.studies import load_script
+
+    good = tmp_path / "study_for_load_script.py"
+    good.write_text("from dataclasses import dataclass\nRUNS = []\nRUNS.append(1)\n\n@dataclass\nclass Row:\n    x: int\n")
+    bad = tmp_path / "broken_study_for_load_script.py"
+    bad.write_text("raise RuntimeError('boom')\n")
+    monkeypatch.delitem(sys.modules, good.stem, raising=False)
+    try:
+        first = load_script(good)
+        assert load_script(good) is first and first.RUNS == [1]  # ran once
+        assert first.Row(3).x == 3 and sys.modules[good.stem] is first
+        with pytest.raises(RuntimeError, match="boom"):
+            load_script(bad)
+        assert bad.stem not in sys.modules
+    finally:
+        sys.modules.pop(good.stem, None)
