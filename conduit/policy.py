@@ -190,7 +190,9 @@ class Param:
 class Policy:
     """A complete policy: placement + scheduling + path settings, plus declared parameters.
 
-    ``params`` are the values in force; ``space`` the parameters ``conduit tune`` may search.
+    ``params`` are the values in force; ``space`` the parameters ``conduit tune`` may search;
+    ``given`` the names of the parameters the user gave (set by :func:`conduit.registry.create_policy`):
+    only those change what ``enable()`` deploys (:mod:`conduit.deploy_settings`).
     """
 
     name: str
@@ -200,6 +202,7 @@ class Policy:
     params: dict[str, Any] = field(default_factory=dict)
     space: tuple[Param, ...] = ()
     summary: str = ""
+    given: frozenset[str] = frozenset()
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -32,7 +32,8 @@ def policy_registry() -> PolicyRegistry:
 
 
 def create_policy(spec: Any, **params: Any):
-    """A :class:`~conduit.policy.Policy` from a name (registry) or an object passed through."""
+    """A :class:`~conduit.policy.Policy` from a name (registry) or an object passed through. A policy
+    built by name records the parameter names given (:attr:`~conduit.policy.Policy.given`)."""
     from conduit.policy import Policy
 
     if isinstance(spec, Policy):
@@ -43,5 +44,6 @@ def create_policy(spec: Any, **params: Any):
             raise ConduitError(
                 f"{spec!r} is a {policy_registry().entry(spec).role} policy; a complete policy is needed here"
             )
+        obj.given = frozenset(params)  # what the user gave: only these change the deployment
         return obj
     raise ConduitError(f"policy must be a name or a Policy object, got {type(spec).__name__}")

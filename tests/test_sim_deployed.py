@@ -198,7 +198,8 @@ def test_runtime_settings_restated_in_plane_costs_are_the_runtimes():
     assert int(re.search(r"^MAX_IN_FLIGHT = (\d+)", env_runner, re.MULTILINE).group(1)) == p.max_in_flight == p.max_coalesced_calls
     assert f'"coalesce_s": {p.coalesce_s}' in plan
     assert f"inline_bytes\", {int(p.inline_bytes) >> 10} << 10" in callbacks
-    assert "math.ceil(smallest / 8 / envs)" in plan and p.ppo_pieces == 8
+    # PPO's stream chunk size is not restated: both sides call conduit.deploy_settings (test_deploy_settings.py)
+    assert "stream_chunk_steps(smallest, envs)" in plan and not hasattr(p, "ppo_pieces")
 
 
 def test_plane_costs_from_a_calibration_file(tmp_path):

@@ -48,12 +48,16 @@ half each way, plus the actor's own work (:class:`~conduit.sim.params.PlaneCosts
   ``NumpyToTensor`` and a pageable host-to-device copy (``learner.py: ConduitLearnerMixin.update``).
   DQN's transition batches skip the connector (``delivery.py: DirectReplay``), not the to-tensor.
 
-**Per algorithm.** PPO streams each fragment in ``ppo_pieces`` sub-chunks, each a full stock
-sampler call (``runner_call_overhead`` each); the learner's value stream (``values.py: ValueStream``)
+**Per algorithm.** PPO streams each fragment in sub-chunks of the size the runtime computes
+(:func:`deployed_stream_pieces`: :func:`conduit.deploy_settings.stream_chunk_steps`, an eighth of a
+fragment unless the policy's ``target_chunk_bytes`` was given), each a full stock sampler call
+(``runner_call_overhead`` each); the learner's value stream (``values.py: ValueStream``)
 peeks what landed and runs the value pass while sampling goes on; at update start it takes delivery
 of the rest (a round trip). APPO/IMPALA: one chunk per sample call; the learner's prefetch thread
 fetches its next batch after an update (``delivery.py: Prefetcher``, one ahead). DQN: the learner's
-prefetch thread keeps ``prefetch_depth`` replay batches fetched; for a local learner
+prefetch thread keeps :func:`deployed_prefetch_depth` replay batches fetched (the runtime's
+:func:`conduit.deploy_settings.prefetch_depth`: a given policy ``depth``, else enable()'s default for a
+uniform buffer, the simulator's replay table); for a local learner
 (``num_learners=0``) its calls share the driver's thread.
 
 **Sampling costs CPU.** A sample call holds its EnvRunner's thread and a core of its node for its
@@ -97,6 +101,30 @@ SAMPLING_QUANTUM = 5e-3
 MULTI_LEARNER_WARNING = ("policy models enable() as deployed, which refuses num_learners > 1 today; this run "
                          "applies the deployed mechanisms per learner (one plane actor per learner node): an "
                          "extrapolation beyond the runtime")
+
+
+def deployed_stream_pieces(workload: Any, policy: Any) -> int:
+    """Sub-chunks a PPO fragment is streamed in under ``enable()``: ``ceil(fragment env steps /
+    chunk_steps)`` with ``chunk_steps`` from :func:`conduit.deploy_settings.stream_chunk_steps`, the
+    function the runtime's EnvRunner calls (the policy's ``target_chunk_bytes`` counts only when given,
+    :attr:`conduit.policy.Policy.given`; the simulator's ``bytes_per_step`` stands for the layout's)."""
+    from conduit.deploy_settings import stream_chunk_steps, target_chunk_bytes
+
+    envs = max(1, int(workload.envs_per_runner))
+    fragment = max(1, int(workload.fragment_length)) * envs
+    target = target_chunk_bytes(getattr(policy, "params", {}) or {}, getattr(policy, "given", frozenset()))
+    chunk = stream_chunk_steps(fragment, envs, float(workload.bytes_per_step), target)
+    return max(1, math.ceil(fragment / chunk))
+
+
+def deployed_prefetch_depth(policy: Any) -> int:
+    """Replay batches a deployed learner's prefetch thread keeps fetched:
+    :func:`conduit.deploy_settings.prefetch_depth` for the simulator's (uniform) replay table, with the
+    policy's ``depth`` when given."""
+    from conduit.deploy_settings import policy_depth, prefetch_depth
+
+    depth = policy_depth(getattr(policy, "params", {}) or {}, getattr(policy, "given", frozenset()))
+    return prefetch_depth("replay", prioritized=False, depth=depth)
 
 
 class DeployedRoute:
@@ -280,7 +308,7 @@ class DeployedRoute:
 
     # ================================================================== PPO
     def deployed_ppo_runner(self, runner: RunnerRole, targets: list[LearnerRole], state: Any) -> Generator:
-        """``sample()`` in ``ppo_pieces`` stock sampler calls; each piece goes to the sender (an
+        """``sample()`` in :func:`deployed_stream_pieces` stock sampler calls; each piece goes to the sender (an
         in-flight slot, then an ingest call), and the value stream evaluates it once it has landed."""
         w = self.workload
         slots = self.runner_slots[runner.id]
@@ -585,7 +613,7 @@ class DeployedRoute:
     def _deployed_dqn_prefetcher(self, lr: LearnerRole, fetched: simpy.Store) -> Generator:
         """``delivery.py: Prefetcher``: keeps ``prefetch_depth`` replay batches drawn and fetched."""
         w = self.workload
-        depth = max(1, self.path.prefetch_depth)
+        depth = max(1, deployed_prefetch_depth(self.policy))
         for k in range(self.iterations):
             while len(fetched.items) >= depth:
                 yield self._deployed_taken[lr.id]

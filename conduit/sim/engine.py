@@ -162,8 +162,10 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         #: Conduit as enable() deploys it (:mod:`conduit.sim.deployed`), not the design target
         self.deployed = self.path.route == "direct" and self.path.deployment == "enable"
         if self.deployed:
-            if workload.algorithm == "ppo":  # enable()'s chunk_steps: full sampler calls of ~1/8 fragment
-                workload = deployed_pieces(workload, self.plane.ppo_pieces)
+            if workload.algorithm == "ppo":  # enable()'s chunk_steps (conduit.deploy_settings, shared with the runtime)
+                from conduit.sim.deployed import deployed_stream_pieces
+
+                workload = deployed_pieces(workload, deployed_stream_pieces(workload, policy))
         else:
             pieces = self.path.pieces(workload.chunk_bytes, workload.fragment_length)
             if pieces > 1:
@@ -508,9 +510,10 @@ def deployed_replay_contract(contract, workload: Workload, runners: int):
 
 def deployed_pieces(workload: Workload, pieces: int) -> Workload:
     """PPO under ``enable()``: each fragment is sampled as about ``pieces`` stock sampler calls of
-    ``chunk_steps`` (``conduit/runtime/rllib/plan.py``: ``ceil(fragment / 8 / num_envs) * num_envs`` env
-    steps), each a full call that pays ``runner_call_overhead`` (``env_runner.py: sample`` calls the
-    stock sampler once per sub-chunk); pieces stay equal (the smallest divisor at or above the request)."""
+    ``chunk_steps`` (:func:`conduit.sim.deployed.deployed_stream_pieces`, from the function the runtime
+    uses: :func:`conduit.deploy_settings.stream_chunk_steps`), each a full call that pays
+    ``runner_call_overhead`` (``env_runner.py: sample`` calls the stock sampler once per sub-chunk);
+    pieces stay equal (the smallest divisor at or above the request)."""
     from dataclasses import replace
 
     split = split_fragments(workload, pieces)

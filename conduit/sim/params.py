@@ -171,10 +171,11 @@ class PlaneCosts:
     ``inline_bytes`` (``enable(inline_bytes=)``, chunks below it travel inside the call),
     ``coalesce_s`` and ``max_coalesced_calls`` (``enable(coalesce_s=)``, DQN/SAC: an EnvRunner's
     sender gathers sample calls for that long, at most :data:`~conduit.runtime.rllib.env_runner.MAX_IN_FLIGHT`
-    of them), ``max_in_flight`` (unacknowledged chunks per EnvRunner before ``sample()`` waits),
-    ``ppo_pieces`` (PPO's default ``chunk_steps``: about 1/8 of a fragment, ``plan.py``), and
+    of them), ``max_in_flight`` (unacknowledged chunks per EnvRunner before ``sample()`` waits), and
     ``return_inline_bytes`` (Ray returns a smaller actor result inside the reply, a larger one
-    through the object store: Ray's ``max_direct_call_object_size``, 100 KiB).
+    through the object store: Ray's ``max_direct_call_object_size``, 100 KiB). PPO's stream chunk
+    size and the prefetch depth are not restated: the simulator calls the functions the runtime uses
+    (:mod:`conduit.deploy_settings`).
 
     ``device_sample_per_call`` is the design target's on-device replay gather (``conduit-target``
     only; the deployed runtime has no device tier under ``enable()``): an assumption, not measured.
@@ -192,7 +193,6 @@ class PlaneCosts:
     coalesce_s: float = 0.1
     max_coalesced_calls: int = 16
     max_in_flight: int = 16
-    ppo_pieces: int = 8
     return_inline_bytes: float = 100 * 1024
     device_sample_per_call: float = 50e-6
 

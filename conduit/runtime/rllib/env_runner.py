@@ -12,7 +12,9 @@ asynchronous call; the episodes never travel to the driver. What it returns inst
 Episode metrics, step counters and callbacks are the stock sampler's (they are computed before
 ``sample()`` returns). Evaluation EnvRunners (``config.in_evaluation``) are left alone.
 
-For PPO a sample call is streamed in sub-chunks of ``plan.chunk_steps``: ``sample()`` calls the stock
+For PPO a sample call is streamed in sub-chunks of ``plan.stream_chunk_steps(...)`` env steps (``chunk_steps``,
+or the policy's given ``target_chunk_bytes`` at this layout's bytes per step: :mod:`conduit.deploy_settings`,
+shared with the simulator): ``sample()`` calls the stock
 sampler repeatedly for the same total number of steps. Each call cuts ongoing episodes; the
 learner joins the pieces again by episode id, so the train batch is the one stock RLlib builds,
 while the learner already works on the first sub-chunks as the later ones are sampled.
@@ -66,9 +68,10 @@ class ConduitEnvRunnerMixin:
         kw = {"explore": explore, "random_actions": random_actions}
         if plan.chunk_steps and num_episodes is None:
             total = num_timesteps or self.config.get_rollout_fragment_length(self.worker_index) * self.num_envs
+            chunk = plan.stream_chunk_steps(total, self.num_envs, self._cd_schema.step_bytes)
             first = True
             while steps < total:
-                n = min(plan.chunk_steps, total - steps)
+                n = min(chunk, total - steps)
                 episodes = super().sample(num_timesteps=n, force_reset=force_reset and first, **kw)
                 first = False
                 got = self._cd_push(episodes, ids)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conduit.contracts import BoundedStaleness, Contract, OnPolicy, Prioritized, Replay
+from conduit.deploy_settings import policy_depth, prefetch_depth, stream_chunk_steps, target_chunk_bytes
 from conduit.errors import ConduitError
 from conduit.runtime.rllib.layout import TRAJECTORY, TRANSITION
 
@@ -65,6 +66,20 @@ class Plan:
     gamma: float = 0.99
     batch_slack: int = 0  # on_policy: steps a round may sample beyond batch_steps (vectorized envs)
     options: dict[str, Any] = field(default_factory=dict)
+    #: on_policy: the policy's given target_chunk_bytes (None: not given, or chunk_steps/recording decide)
+    target_chunk_bytes: float | None = None
+
+    def stream_chunk_steps(self, fragment_steps: int, num_envs: int, bytes_per_step: float) -> int:
+        """On-policy: env steps per sub-chunk for a sample call of ``fragment_steps`` whose steps take
+        ``bytes_per_step`` in the layout (:func:`conduit.deploy_settings.stream_chunk_steps`, the function
+        the simulator's deployed model uses too): the policy's given ``target_chunk_bytes`` when there is
+        one, else :attr:`chunk_steps` (the ``chunk_steps`` option, a whole fragment when recording, or
+        enable()'s default of an eighth of the smallest fragment)."""
+        if self.target_chunk_bytes is None or self.chunk_steps is None:
+            return int(self.chunk_steps or fragment_steps)
+        from conduit.deploy_settings import stream_chunk_steps
+
+        return stream_chunk_steps(fragment_steps, num_envs, bytes_per_step, self.target_chunk_bytes)
 
     @property
     def plane_batch_steps(self) -> int:
@@ -146,6 +161,18 @@ def _check_common(config: Any, name: str) -> None:
                           "default pieces are supported)")
 
 
+def _given_policy_params(options: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """The policy parameters the user gave (``params``, ``params_file``; a Policy object's ``given``)
+    and their names: only these change the deployment (:mod:`conduit.deploy_settings`)."""
+    policy = options.get("policy", "conduit")
+    if not isinstance(policy, str):
+        return dict(getattr(policy, "params", {}) or {}), frozenset(getattr(policy, "given", frozenset()))
+    from conduit.tuning_file import resolve_params
+
+    params = resolve_params(policy, dict(options.get("params") or {}), options.get("params_file"))
+    return params, frozenset(params)
+
+
 def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     """The plan for ``config``; raises :class:`EnableError` for what Conduit cannot run faithfully."""
     name = _algorithm_name(config)
@@ -169,9 +196,12 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
             raise EnableError(f"enable(): chunk_steps={chunk} with offline_data(output=...): RLlib records each "
                               "sample() call's episodes, and sub-chunks would cut the recorded episodes more often "
                               f"than stock; leave chunk_steps unset (a whole fragment, {smallest} steps, is streamed)")
+        target = None
         if chunk is None:
             # recording (output=...): one chunk per sample call, so the recorded episodes are cut as in stock RLlib
-            chunk = smallest if recording else max(envs, math.ceil(smallest / 8 / envs) * envs)
+            chunk = smallest if recording else stream_chunk_steps(smallest, envs)
+            # a given target_chunk_bytes sizes the sub-chunks once the EnvRunner knows its bytes per step
+            target = None if recording else target_chunk_bytes(*_given_policy_params(options))
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0 or chunk % envs:
             raise EnableError(f"enable(): chunk_steps must be a positive multiple of num_envs_per_env_runner "
                               f"({envs}), got {chunk!r}")
@@ -181,8 +211,10 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
         # `while ts < num_timesteps`, each vector step adding num_envs minus the resetting sub-envs).
         # A round can hold that many more per EnvRunner; the learner sizes each batch exactly.
         slack = rounds * max(1, runners) * (envs - 1)
+        options = {**options, "prefetch_depth": prefetch_depth(ON_POLICY, option=options.get("prefetch_depth"),
+                                                               depth=policy_depth(*_given_policy_params(options)))}
         return Plan(name, ON_POLICY, TRAJECTORY, OnPolicy(), per_round * rounds, min(chunk, smallest),
-                    gamma=float(config.gamma), batch_slack=slack, options=options)
+                    gamma=float(config.gamma), batch_slack=slack, options=options, target_chunk_bytes=target)
     if name in ("APPO", "IMPALA"):
         if int(getattr(config, "num_aggregator_actors_per_learner", 0) or 0) > 0:
             raise EnableError("enable(): num_aggregator_actors_per_learner > 0 runs the learner connector in "
@@ -215,6 +247,8 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
             max_lag = lag
         if isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0:
             raise EnableError(f"enable(): max_lag must be a non-negative integer (learner updates), got {max_lag!r}")
+        options = {**options, "prefetch_depth": prefetch_depth(ASYNC, option=options.get("prefetch_depth"),
+                                                               depth=policy_depth(*_given_policy_params(options)))}
         return Plan(name, ASYNC, TRAJECTORY, BoundedStaleness(max_lag=max_lag, max_reuse=reuse), batch, None,
                     gamma=float(config.gamma), options=options)
     # DQN / SAC
@@ -241,8 +275,10 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     # Two replay batches fetched ahead: a plane round trip can outlast one idle gap of the learner.
     # Prioritized: one, so that each batch is drawn after the previous update's priorities are in (RLlib's
     # order); a deeper prefetch draws that many updates early, with priorities that many updates old.
-    depth = 1 if isinstance(sampler, Prioritized) else 2
-    options = {"coalesce_s": 0.1, "prefetch_depth": depth, **options}
+    # (conduit.deploy_settings.prefetch_depth, shared with the simulator; a given policy depth replaces it)
+    depth = prefetch_depth(REPLAY, isinstance(sampler, Prioritized), options.get("prefetch_depth"),
+                           policy_depth(*_given_policy_params(options)))
+    options = {"coalesce_s": 0.1, **options, "prefetch_depth": depth}
     return Plan(name, REPLAY, TRANSITION, contract, batch, None, n_step=n_step, gamma=float(config.gamma),
                 options=options)
 
