@@ -50,40 +50,47 @@ def mechanisms(workload: Any, default: Mapping[str, Any], tuned: Mapping[str, An
 
     Read off the code (cited), with this workload's numbers:
 
-    - ``target_chunk_bytes`` (and ``granularity``'s lower bound on pieces): the simulator hands a fragment
-      over in ``PathSettings.pieces(fragment bytes)`` pieces *while sampling*
-      (``conduit/sim/engine.py: split_fragments``), so the last piece reaches the learner sooner; the RLlib
-      runtime ingests a fragment as **one** chunk after ``sample()`` returns
-      (``conduit/runtime/rllib/env_runner.py``: one ``ingest_async`` per sample call) and uses the pieces only
-      to split the plane's copies into the batch (``conduit/runtime/assembly.py: _start_moves``);
-    - ``granularity``: the simulator coalesces that many chunks per copy; the runtime too (``_start_moves``);
-    - ``depth``: the simulator's prefetch depth; the RLlib runtime takes its prefetch depth from
-      ``enable(prefetch_depth=...)`` (``conduit/runtime/rllib/plan.py``, ``callbacks.py``), not from the
-      policy's parameter;
+    - ``target_chunk_bytes``: under ``enable()`` an EnvRunner streams each PPO ``sample()`` call to the plane
+      in sub-chunks while it samples (``conduit/runtime/rllib/env_runner.py: sample``, one stock sampler call
+      and one ingest per sub-chunk). Their size is :func:`conduit.deploy_settings.stream_chunk_steps`: the
+      given ``target_chunk_bytes`` at the layout's bytes per step (``plan.py: Plan.stream_chunk_steps``), else
+      an eighth of the fragment. The simulator's deployed model calls the same function
+      (``conduit/sim/deployed.py: deployed_stream_pieces``), so both cut the fragment alike;
+    - ``granularity``: the simulator coalesces that many chunks per copy; the runtime too
+      (``conduit/runtime/assembly.py: _start_moves``);
+    - ``depth``: the prefetch depth, :func:`conduit.deploy_settings.prefetch_depth` on both sides (the
+      runtime's ``plan.py: make_plan`` and the simulator's ``deployed_prefetch_depth``): a given ``depth``
+      unless ``enable(prefetch_depth=...)`` is passed; it matters to replay (DQN/SAC) and APPO/IMPALA
+      learners' prefetch threads (``delivery.py: Prefetcher``), not to PPO's value stream;
     - ``headroom``: the placement's free-room margin, in both (one plane core)."""
-    from conduit.registry import create_policy
+    from conduit.deploy_settings import stream_chunk_steps
 
     out = []
     for name in sorted(set(default) | set(tuned)):
         if default.get(name) == tuned.get(name):
             continue
         row: dict[str, Any] = {"parameter": name, "default": default.get(name), "tuned": tuned.get(name)}
-        if name in ("target_chunk_bytes", "granularity"):
-            d_pieces = create_policy("conduit", **default).path.pieces(workload.chunk_bytes, workload.fragment_length)
-            t_pieces = create_policy("conduit", **tuned).path.pieces(workload.chunk_bytes, workload.fragment_length)
-            row["simulator"] = (f"a {workload.chunk_bytes / 1e6:.1f} MB fragment ({workload.fragment_length} steps) is "
-                                f"handed over in {d_pieces} piece(s) with the defaults, {t_pieces} tuned, each as soon as "
-                                f"it is sampled (conduit/sim/engine.py: split_fragments)")
-            row["runtime"] = ("the RLlib runtime ingests the whole fragment as one chunk after sample() returns "
-                              "(conduit/runtime/rllib/env_runner.py); pieces only split the plane's copies into the "
-                              "batch (conduit/runtime/assembly.py: _start_moves)" if name == "target_chunk_bytes" else
-                              "coalesces up to that many chunks per copy job (conduit/runtime/assembly.py: _start_moves)")
-            row["honoured_by_runtime"] = name == "granularity"
+        if name == "target_chunk_bytes":
+            envs = max(1, int(workload.envs_per_runner))
+            frag = int(workload.fragment_length) * envs
+            d_steps = stream_chunk_steps(frag, envs)
+            t_steps = stream_chunk_steps(frag, envs, float(workload.bytes_per_step), float(tuned[name]))
+            row["simulator"] = (f"a {workload.chunk_bytes / 1e6:.1f} MB fragment ({frag} steps) is streamed in "
+                                f"sub-chunks of {d_steps} steps without the parameter, {t_steps} tuned "
+                                f"(conduit/sim/deployed.py: deployed_stream_pieces)")
+            row["runtime"] = ("the EnvRunner streams sample() in sub-chunks of the same size "
+                              "(conduit/deploy_settings.py: stream_chunk_steps, via plan.py: Plan.stream_chunk_steps "
+                              "and env_runner.py: sample)")
+            row["honoured_by_runtime"] = True
+        elif name == "granularity":
+            row["simulator"] = "coalesces that many chunks per copy"
+            row["runtime"] = "coalesces up to that many chunks per copy job (conduit/runtime/assembly.py: _start_moves)"
+            row["honoured_by_runtime"] = True
         elif name == "depth":
-            row["simulator"] = "batches prefetched ahead of the learner"
-            row["runtime"] = ("enable() passes its own prefetch_depth (conduit/runtime/rllib/plan.py default, "
-                              "callbacks.py), so the policy's depth is not used by the RLlib integration")
-            row["honoured_by_runtime"] = False
+            row["simulator"] = "batches a deployed learner's prefetch thread keeps fetched (deployed_prefetch_depth)"
+            row["runtime"] = ("the same depth (conduit/deploy_settings.py: prefetch_depth, via plan.py: make_plan), "
+                              "unless enable(prefetch_depth=...) is passed; PPO's value stream does not prefetch")
+            row["honoured_by_runtime"] = True
         else:
             row["simulator"] = row["runtime"] = "the plane core's placement (shared)"
             row["honoured_by_runtime"] = True
