@@ -121,6 +121,8 @@ def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str =
         else:
             lat, rate, _ = fit_latency_bandwidth(entry["sizes"], wall)
             entry["latency"], entry["per_item"] = lat, 1.0 / rate
+            if entry.get("unit") == "calls":  # n calls per sweep point: the slope is the per-call time
+                entry["latency"] = entry["per_item"]
     return entry
 
 
@@ -173,7 +175,10 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     fields: dict[str, Any] = {
         "name": name, "algorithm": algo, "env_runners": runners, "envs_per_runner": envs,
         "fragment_length": fragment, "env_step_time": envs * step_s, "env_step_cv": 0.0, "inference_time": 0.0,
-        "runner_call_overhead": float(runner["latency"]),
+        # (DQN: the EnvRunner's get_metrics() in the same remote call, synchronous_parallel_sample's
+        # _return_metrics=True, once per sample call)
+        "runner_call_overhead": float(runner["latency"]) + (float(prims["runner_metrics"]["latency"])
+                                                            if algo == "dqn" and "runner_metrics" in prims else 0.0),
         "bytes_per_step": float(runner["extra"]["bytes_per_step"]), "episode_length": episode,
         "learners": max(1, learners), "local_learner": learners == 0,
         "update_time_per_sample": float(update["per_item"]),
@@ -205,6 +210,30 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     return Workload(**fields).validate(f"studies/validation.py: {name}")
 
 
+#: DQN's per-step driver primitives (:func:`conduit.runtime.calibrate.measure_learner`), used when measured
+DQN_DRIVER_PRIMITIVES = ("replay_add", "replay_sample", "replay_priorities", "runner_metrics", "driver_metrics",
+                         "learner_connector")
+
+
+def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]) -> Any:
+    """The :class:`~conduit.sim.params.StockCosts` of one workload: ``stock`` with DQN's replay buffer
+    (``add``, ``sample`` + ``get_metrics``, ``update_priorities``: the config's own buffer, prioritized by
+    default, where ``benchmarks/stock_primitives.py`` times the uniform one) and the driver's
+    ``MetricsLogger.aggregate`` of an EnvRunner's metrics taken from the calibration, when measured; and
+    the learner connector DQN's Learner runs (its own pieces, ``NumpyToTensor`` included) in place of the
+    default pipeline ``benchmarks/stock_primitives.py`` times."""
+    if algo != "dqn" or not all(k in prims for k in DQN_DRIVER_PRIMITIVES):
+        return stock
+    add, smp, prio, agg = (prims[k] for k in ("replay_add", "replay_sample", "replay_priorities", "driver_metrics"))
+    conn = prims["learner_connector"]
+    return replace(stock, connector_per_call=float(conn["latency"]), connector_per_sample=float(conn["per_item"]),
+                   connector_per_byte=0.0, buffer_add_per_call=float(add["latency"]), buffer_add_per_step=0.0,
+                   buffer_sample_per_call=float(smp["latency"]), buffer_sample_per_item=float(smp["per_item"]),
+                   buffer_update_priorities_per_call=float(prio["latency"]),
+                   buffer_update_priorities_per_item=float(prio["per_item"]),
+                   driver_bookkeeping=float(agg["latency"]))
+
+
 def study_configs(study: Any, args: argparse.Namespace, names: Sequence[str] | None = None) -> dict[str, Any]:
     """``{workload name: (study Workload, RLlib config)}`` for the study's workloads (default ones, or ``names``)."""
     known = {w.name: w for w in study.WORKLOADS}
@@ -229,6 +258,34 @@ def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, A
     return json.loads(cal.to_json(ms))
 
 
+def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, Any], quick: bool,
+                           log=print) -> dict[str, Any]:
+    """``calibration`` with RLlib's own ``Learner.update`` and DQN's per-step driver calls measured now
+    (:func:`conduit.runtime.calibrate.measure_learner`, one torch thread, process CPU time), for a
+    calibration taken before those primitives existed: the proxy ``learner_update`` is kept as
+    ``learner_update_proxy``; the load average at the time is recorded with them."""
+    from conduit.runtime import calibrate as cal
+
+    out = dict(calibration)
+    workload = dict(out.get("workload", {}))
+    load = os.getloadavg()
+    with cal._torch_threads(1):
+        for key, (algo, cfg) in calibration_configs(configs).items():
+            for m in cal.measure_learner(key, algo, cfg, quick):
+                if m.name in workload and m.name.startswith("learner_update:"):
+                    workload[m.name.replace(":", "_proxy:", 1)] = workload[m.name]
+                entry = m.to_dict()
+                entry["extra"]["load_average"] = [round(x, 2) for x in load]
+                workload[m.name] = entry
+                log(f"calibrate: {m.summary()}")
+    out["workload"] = workload
+    out.setdefault("notes", []).append(
+        f"learner/replay/metrics primitives added by studies/validation.py --add-learner-primitives at "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {load[0]:.2f}/{load[1]:.2f}/"
+        f"{load[2]:.2f} on {os.cpu_count()} cores")
+    return out
+
+
 def topology_from_calibration(calibration: Mapping[str, Any], name: str = "calibrated-validation"):
     """The explicit-form topology that ``conduit calibrate`` writes, rebuilt from the calibration JSON."""
     from conduit.runtime.calibrate import Measurement, Measurements, topology_yaml
@@ -247,15 +304,17 @@ def topology_from_calibration(calibration: Mapping[str, Any], name: str = "calib
 # ------------------------------------------------------------------------------------------------
 # Predict
 # ------------------------------------------------------------------------------------------------
-def predict(workloads: Mapping[str, Any], topology: Any, stock: Any, sides: Sequence[str]) -> dict[tuple[str, str], dict]:
-    """``{(workload, side): {metric: value}}`` from one seeded simulation per workload and side."""
+def predict(workloads: Mapping[str, Any], topology: Any, stock: Any, sides: Sequence[str],
+            stocks: Mapping[str, Any] | None = None) -> dict[tuple[str, str], dict]:
+    """``{(workload, side): {metric: value}}`` from one seeded simulation per workload and side
+    (``stocks``: a workload's own :class:`StockCosts`, else ``stock``)."""
     from conduit.sim.run import simulate
 
     out = {}
     for name, wl in workloads.items():
         for side in sides:
             result = simulate(topology, wl, SIM_POLICY[side], iterations=SIM_ITERATIONS[wl.algorithm], seed=SIM_SEED,
-                              stock_costs=stock)
+                              stock_costs=(stocks or {}).get(name, stock))
             m = result.metrics
             out[(name, side)] = {k: float(m[k]) for k in METRICS}
             out[(name, side)]["violations"] = int(result.audit.violations) if hasattr(result.audit, "violations") \
@@ -462,6 +521,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calibration", type=Path, help="calibration JSON to use (default: measure, write OUT/calibration.json)")
     p.add_argument("--stock-primitives", type=Path, default=DEFAULT_PRIMITIVES,
                    help="benchmarks/stock_primitives.py output for StockCosts")
+    p.add_argument("--add-learner-primitives", action="store_true",
+                   help="with --calibration: measure RLlib's own Learner.update and DQN's driver calls now, and "
+                        "write the merged calibration to OUT/calibration.json")
     p.add_argument("--predict-only", action="store_true", help="predict only; no real runs")
     p.add_argument("--measured", type=Path, help="reuse a previous run's OUT/measured.json instead of running")
     p.add_argument("--quick", action="store_true", help="quick calibration and 4 real iterations (1 warm-up)")
@@ -478,6 +540,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.iters, args.warmup = min(args.iters, 4), 1
     if args.iters - args.warmup < 1:
         p.error("--iters must exceed --warmup")
+    if args.add_learner_primitives and not args.calibration:
+        p.error("--add-learner-primitives needs --calibration FILE (a full calibration measures them anyway)")
     if args.predict_only and args.measured:
         p.error("--predict-only and --measured exclude each other")
     return args
@@ -503,6 +567,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.calibration:
         calibration = json.loads(args.calibration.read_text())
         source = str(args.calibration)
+        if args.add_learner_primitives:
+            calibration = add_learner_primitives(calibration, configs, args.quick)
+            (args.out / "calibration.json").write_text(json.dumps(calibration, indent=1))
+            source = f"{args.calibration} + learner primitives measured now ({args.out / 'calibration.json'})"
     else:
         print("calibrating (microbenchmarks: machine primitives and the workloads' primitives) ...", flush=True)
         calibration = calibrate(configs, args.quick)
@@ -512,14 +580,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     topology, topo_text = topology_from_calibration(calibration)
     (args.out / "topology.yaml").write_text(topo_text)
 
-    workloads = {}
+    workloads, stocks = {}, {}
     for name, (w, cfg) in configs.items():
         key = primitive_key(w.algo, w.env)
         kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
         prims = {kind: _primitive(calibration, kind, key, args.clock) for kind in kinds}
-        workloads[name] = sim_workload(name, w.algo, cfg, prims, stock)
+        if w.algo == "dqn":
+            prims.update({kind: _primitive(calibration, kind, key, args.clock) for kind in DQN_DRIVER_PRIMITIVES
+                          if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples")})
+        stocks[name] = workload_stock(stock, w.algo, prims)
+        workloads[name] = sim_workload(name, w.algo, cfg, prims, stocks[name])
     print("predicting ...", flush=True)
-    predicted = predict(workloads, topology, stock, sides)
+    predicted = predict(workloads, topology, stock, sides, stocks)
     external = external_check(stock)
 
     load_before = os.getloadavg()

@@ -63,7 +63,10 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
                                           quick=True)
     assert torch.get_num_threads() == threads  # restored
     assert set(out) == {"env_runner:ppo-cartpole", "learner_update:ppo-cartpole", "value_pass:ppo-cartpole",
-                        "weights:ppo-cartpole"}
+                        "weights:ppo-cartpole", "learner_update_proxy:ppo-cartpole"}
+    # RLlib's own PPOTorchLearner.update replaces the proxy (forward_train + a sum of its outputs)
+    assert "PPOTorchLearner.update" in out["learner_update:ppo-cartpole"].note
+    assert "forward_train" in out["learner_update_proxy:ppo-cartpole"].note
     assert all(m.ok for m in out.values()), {k: m.note for k, m in out.items()}
     runner = out["env_runner:ppo-cartpole"]
     assert runner.unit == "steps" and runner.per_item > 0
@@ -71,3 +74,16 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     assert 16 < runner.extra["bytes_per_step"] < 4096
     assert runner.extra["episodes_done"] == 0 or 8 <= runner.extra["episode_length"] <= 500
     assert out["weights:ppo-cartpole"].extra["state_bytes"] > 0
+
+
+@pytest.mark.e2e
+def test_dqn_learner_and_driver_primitives_are_measured_on_the_configs_own_buffer():
+    pytest.importorskip("ray.rllib")
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    out = {m.name: m for m in cal.measure_learner("d", "dqn", DQNConfig().environment("CartPole-v1"), quick=True)}
+    assert set(out) == {f"{k}:d" for k in ("learner_update", "learner_connector", "replay_add", "replay_sample",
+                                            "replay_priorities", "runner_metrics", "driver_metrics")}
+    assert all(m.ok and m.latency > 0 for m in out.values()), {k: m.note for k, m in out.items()}
+    assert "PrioritizedEpisodeReplayBuffer" in out["replay_sample:d"].note  # DQN's default buffer
+    assert cal.measure_learner("a", "appo", DQNConfig(), quick=True) == []  # APPO keeps the proxy

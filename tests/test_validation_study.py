@@ -274,12 +274,68 @@ def test_tune_loop_explains_each_changed_parameter():
     tuned = {**default, "target_chunk_bytes": 1e6, "depth": 3}
     rows = tl.mechanisms(wl, default, tuned)
     assert [r["parameter"] for r in rows] == ["depth", "target_chunk_bytes"]
-    assert not any(r["honoured_by_runtime"] for r in rows)
-    assert "9 piece(s) with the defaults, 72 tuned" in rows[1]["simulator"]
+    # both are honoured: the runtime and the simulator size sub-chunks and prefetch by conduit.deploy_settings
+    assert all(r["honoured_by_runtime"] for r in rows)
+    from conduit.deploy_settings import stream_chunk_steps
+
+    frag = wl.fragment_length * wl.envs_per_runner
+    tuned_steps = stream_chunk_steps(frag, wl.envs_per_runner, wl.bytes_per_step, 1e6)
+    assert f"sub-chunks of {stream_chunk_steps(frag, wl.envs_per_runner)} steps without the parameter, " \
+           f"{tuned_steps} tuned" in rows[1]["simulator"]
     text = tl.verdict(1.2, 1.0, rows)
-    assert text.startswith("NOT confirmed") and "target_chunk_bytes" in text
+    assert text.startswith("NOT confirmed") and "the model's error" in text
     assert tl.verdict(1.2, 1.2, rows).startswith("confirmed")
     assert "neither confirm nor refute" in tl.verdict(1.01, 1.02, rows)
-    slower = tl.verdict(1.01, 0.8, rows)
+    ignored = [{**rows[1], "honoured_by_runtime": False}]
+    slower = tl.verdict(1.01, 0.8, ignored)
     assert slower.startswith("NOT confirmed") and "SLOWER" in slower and "target_chunk_bytes" in slower
     assert "nothing to confirm" in tl.verdict(1.0, None, [])
+
+
+# ---------------------------------------------------------------- DQN's own buffer and driver calls
+@settings(max_examples=20, deadline=None)
+@given(add=times, smp=times, item=times, prio=times, prio_item=times, agg=times, metrics=times, conn=times,
+       conn_item=times)
+def test_dqn_driver_primitives_replace_the_generic_buffer_costs(add, smp, item, prio, prio_item, agg, metrics, conn,
+                                                                conn_item):
+    def m(per_item, latency):
+        return {"per_item": per_item, "latency": latency, "samples": 10, "extra": {}}
+
+    prims = {"replay_add": m(add, add), "replay_sample": m(item, smp), "replay_priorities": m(prio_item, prio),
+             "driver_metrics": m(agg, agg), "runner_metrics": m(metrics, metrics),
+             "learner_connector": m(conn_item, conn)}
+    s = val.workload_stock(STOCK, "dqn", prims)
+    assert s.buffer_add(1) == pytest.approx(add)
+    assert s.buffer_sample(32) == pytest.approx(smp + 32 * item)
+    assert s.buffer_update_priorities(32) == pytest.approx(prio + 32 * prio_item)
+    assert s.driver_bookkeeping == agg and s.connector(32, 1e6) == pytest.approx(conn + 32 * conn_item)
+    assert s.rpc_overhead == STOCK.rpc_overhead  # the rest stays the stock primitives file's
+    assert val.workload_stock(STOCK, "ppo", prims) is STOCK
+    partial = {k: v for k, v in prims.items() if k != "replay_priorities"}
+    assert val.workload_stock(STOCK, "dqn", partial) is STOCK  # all or nothing: no half-measured buffer
+    cfg = val.study_configs(val.experience_path_study(), val.experience_path_study().parse_args([]),
+                            ["dqn-cartpole-1r"])["dqn-cartpole-1r"][1]
+    base = _prims()
+    wl = val.sim_workload("d", "dqn", cfg, {**base, **prims}, s)
+    # the EnvRunner's get_metrics() rides in the same remote call as its sample()
+    assert wl.runner_call_overhead == pytest.approx(base["env_runner"]["latency"] + metrics)
+
+
+def test_stock_dqn_charges_priority_updates_and_the_per_round_metrics_aggregate():
+    from dataclasses import replace
+
+    from test_sim import tiny_topology_dict
+
+    from conduit.registry import create_policy
+    from conduit.sim.engine import Simulation
+    from conduit.sim.workload import load_workload
+    from conduit.topology import topology_from_dict
+
+    topo = topology_from_dict(tiny_topology_dict(nodes=1, gpus=1))
+    wl = load_workload({"base": "dqn", "env_runners": 1, "learners": 1, "fragment_length": 4, "envs_per_runner": 1,
+                        "min_size": 8, "replay_ratio": 8.0, "batch_size": 32})
+    cheap = Simulation(topo, wl, create_policy("rllib-stock"), iterations=20, stock=STOCK).run()
+    dear_stock = replace(STOCK, buffer_update_priorities_per_call=1e-3, driver_bookkeeping=STOCK.driver_bookkeeping + 1e-3)
+    dear = Simulation(topo, wl, create_policy("rllib-stock"), iterations=20, stock=dear_stock).run()
+    assert dear.sim_time >= cheap.sim_time + 20 * 1e-3 * 0.99  # one priority update per update, at least
+    assert dear.to_dict()["segments_s"]["buffer_update_prios"] == pytest.approx(1e-3)

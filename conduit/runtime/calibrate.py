@@ -1300,6 +1300,158 @@ def measure_module(name: str, algo: str, config, quick: bool = False) -> list[Wo
     return out
 
 
+def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:
+    """RLlib's own ``Learner.update`` as the real run calls it, and (DQN) the driver's per-step calls.
+
+    ``learner_update:<name>`` replaces :func:`measure_module`'s proxy (``forward_train`` plus a sum of
+    its outputs) for PPO and DQN: the algorithm's Learner (``config.build_learner``: ``PPOTorchLearner``,
+    ``DQNTorchLearner``, with its loss, gradient step and per-minibatch metrics logging,
+    ``core/learner/learner.py: Learner.update``) updates on one minibatch of ``n`` samples built by its
+    own learner connector from real episodes (the connector's work is not timed:
+    ``Learner._make_batch_if_necessary`` runs once, before the sweep). One call per minibatch, so the
+    fit's per-call time is the per-minibatch overhead. APPO's ``IMPALALearner.update`` takes a
+    ``TrainingData`` through its learner thread: it keeps the proxy.
+
+    DQN (``algorithms/dqn/dqn.py: DQN._training_step_new_api_stack``), each primitive alone, in the
+    config's replay buffer (``PrioritizedEpisodeReplayBuffer`` by default): ``replay_add:<name>``
+    (``add`` of one ``sample()`` call's episodes, the sample not timed), ``replay_sample:<name>``
+    (``sample(num_items=n, n_step, gamma, beta, sample_episodes=True)`` plus its ``get_metrics``),
+    ``replay_priorities:<name>`` (``update_priorities_in_episode_replay_buffer`` with n TD errors);
+    ``runner_metrics:<name>`` (the EnvRunner's ``get_metrics()`` after a sample call: the second half
+    of ``synchronous_parallel_sample``'s remote call with ``_return_metrics=True``) and
+    ``driver_metrics:<name>`` (the driver's ``MetricsLogger.aggregate`` of that result);
+    ``learner_connector:<name>`` (the learner's connector pipeline over n sampled episodes, DQN's own
+    pieces: n-step next observations, ``NumpyToTensor``)."""
+    from ray.rllib.core.learner.training_data import TrainingData
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+    from ray.rllib.policy.sample_batch import MultiAgentBatch
+    from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+    if algo not in ("ppo", "dqn"):
+        return []
+    cfg = config.copy(copy_frozen=False).learners(num_learners=0)
+    runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
+    sizes = [8, 32, 128] if quick else [16, 64, 256]
+    budget = 0.1 if quick else 0.5
+    out: list[WorkloadMeasurement] = []
+    try:
+        learner = cfg.build_learner(env=runner.env)
+        ts = {NUM_ENV_STEPS_SAMPLED_LIFETIME: 10**6}
+        if algo == "ppo":
+            episodes = runner.sample(num_timesteps=max(sizes) + 8, random_actions=False)
+            full = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
+            batches = {n: MultiAgentBatch({k: v[:n] for k, v in full.policy_batches.items()}, env_steps=n)
+                       for n in sizes}
+
+            def update(n: int) -> None:
+                learner.update(batch=batches[n], minibatch_size=n, num_epochs=1, timesteps=ts)
+        else:
+            from ray.rllib.utils.replay_buffers.utils import update_priorities_in_episode_replay_buffer
+
+            rb_cfg = dict(cfg.replay_buffer_config)
+            buffer = _replay_buffer(rb_cfg)
+            steps = max(1, int(cfg.get_rollout_fragment_length(1)) * int(cfg.num_envs_per_env_runner))
+            for _ in range(max(64, 2 * max(sizes) // steps)):
+                buffer.add(runner.sample(num_timesteps=steps, random_actions=True))
+            beta = rb_cfg.get("beta")
+
+            def draw(n: int):
+                kw = {"beta": beta} if beta is not None else {}
+                got = buffer.sample(num_items=n, n_step=cfg.n_step, gamma=cfg.gamma, sample_episodes=True, **kw)
+                buffer.get_metrics()
+                return got
+
+            drawn = {n: draw(n) for n in sizes}
+            batches = {n: learner._make_batch_if_necessary(TrainingData(episodes=drawn[n])) for n in sizes}
+
+            def update(n: int) -> None:
+                learner.update(batch=batches[n], timesteps=ts)
+
+            out.append(_item_sweep(f"learner_connector:{name}", "samples",
+                                   lambda n: learner._make_batch_if_necessary(TrainingData(episodes=drawn[n])), sizes,
+                                   budget, 3, 40, "the Learner's learner-connector pipeline (with NumpyToTensor) over n "
+                                   "sampled replay episodes (Learner._make_batch_if_necessary)"))
+            pending: list = []
+
+            def add(n: int) -> None:
+                for _ in range(n):
+                    buffer.add(pending.pop())
+
+            def add_sweep() -> WorkloadMeasurement:
+                reps = 12 if quick else 40
+                pending.extend(runner.sample(num_timesteps=steps, random_actions=True) for _ in range(3 * (reps + 2) + 3))
+                pending.reverse()  # add in sampling order: each call continues the previous episode
+                return _item_sweep(f"replay_add:{name}", "calls", add, [1, 2], 1e9, reps, reps,
+                                   f"{type(buffer).__name__}.add of one sample() call's episodes ({steps} env step(s))")
+
+            out.append(add_sweep())
+            out.append(_item_sweep(f"replay_sample:{name}", "items", draw, sizes, budget, 3, 40,
+                                   f"{type(buffer).__name__}.sample(num_items=n, n_step, gamma, beta, "
+                                   f"sample_episodes=True) + get_metrics()"))
+            mid = next(iter(learner.module.keys()))
+
+            def priorities(n: int) -> None:
+                draw(n)
+                update_priorities_in_episode_replay_buffer(
+                    replay_buffer=buffer, td_errors={mid: {"td_error": np.abs(np.random.default_rng(n).normal(size=n))}})
+
+            prio = _item_sweep(f"replay_priorities:{name}", "items", priorities, sizes, budget, 3, 40,
+                               "sample(n) + update_priorities_in_episode_replay_buffer with n TD errors")
+            samp = out[-1]
+            prio.medians = [max(1e-9, a - (samp.latency + n * samp.per_item)) for a, n in zip(prio.medians, sizes,
+                                                                                              strict=True)]
+            lat, rate, _ = fit_latency_bandwidth(sizes, prio.medians)
+            prio.latency, prio.bandwidth = lat, rate
+            prio.note += "; the sample's fitted time subtracted per size"
+            out.append(prio)
+            runner.sample(num_timesteps=steps)
+            def metrics(n: int) -> None:
+                for _ in range(n):
+                    runner.sample(num_timesteps=steps)
+                    results.append(runner.get_metrics())
+
+            results: list = []
+            sampled = _item_sweep("sample", "calls", lambda n: [runner.sample(num_timesteps=steps) for _ in range(n)],
+                                  [1, 2], budget, 3, 40, "")
+            both = _item_sweep(f"runner_metrics:{name}", "calls", metrics, [1, 2], budget, 3, 40,
+                               "EnvRunner.get_metrics() after a sample() call (the sample's fitted time subtracted)")
+            both.bandwidth = 1.0 / max(1e-9, 1.0 / both.bandwidth - 1.0 / sampled.bandwidth)
+            out.append(both)
+            logger = MetricsLogger()
+            results = results[-64:]
+
+            def aggregate(n: int) -> None:
+                for i in range(n):
+                    logger.aggregate([results[i % len(results)]], key=ENV_RUNNER_RESULTS)
+
+            out.append(_item_sweep(f"driver_metrics:{name}", "calls", aggregate, [1, 2], budget, 3, 40,
+                                   "the driver's MetricsLogger.aggregate of one EnvRunner's metrics"))
+        out.append(_item_sweep(f"learner_update:{name}", "samples", update, sizes, budget, 3, 40,
+                               f"{type(learner).__name__}.update on one minibatch of n samples its learner connector "
+                               f"built from real episodes (RLlib's loss, gradient step and metrics), one torch thread"))
+        for m in out:
+            if m.unit == "calls":  # n calls per sweep point: the per-call time is the fitted slope
+                m.latency = 1.0 / m.bandwidth
+        return out
+    finally:
+        with contextlib.suppress(Exception):
+            runner.stop()
+
+
+def _replay_buffer(rb_cfg: dict[str, Any]):
+    """The replay buffer a DQN config asks for (RLlib's default: prioritized), built as the algorithm does."""
+    from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer
+    from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer
+
+    kind = rb_cfg.get("type", "PrioritizedEpisodeReplayBuffer")
+    kind = getattr(kind, "__name__", kind)
+    capacity = int(rb_cfg.get("capacity", 50_000))
+    if "Prioritized" in str(kind):
+        return PrioritizedEpisodeReplayBuffer(capacity=capacity, alpha=rb_cfg.get("alpha", 1.0))
+    return EpisodeReplayBuffer(capacity=capacity)
+
+
 def _leaves(tree: Any):
     if isinstance(tree, dict):
         for v in tree.values():
@@ -1321,12 +1473,16 @@ def measure_workload_primitives(configs: dict[str, tuple[str, Any]], quick: bool
         for name, (algo, config) in configs.items():
             for what in ("env_runner", "module"):
                 try:
-                    ms = ([measure_env_runner(name, config, quick)] if what == "env_runner"
-                          else measure_module(name, algo, config, quick))
+                    if what == "env_runner":
+                        ms = [measure_env_runner(name, config, quick)]
+                    else:  # the proxy, then RLlib's own Learner where it can be timed (replaces the proxy's update)
+                        ms = measure_module(name, algo, config, quick) + measure_learner(name, algo, config, quick)
                 except Exception as exc:  # noqa: BLE001 - recorded, and logged below
                     ms = [WorkloadMeasurement(f"{what}:{name}", math.nan, math.nan, 0,
                                               f"{type(exc).__name__}: {exc}")]
                 for m in ms:
+                    if m.name in out:  # RLlib's own Learner replaces the proxy; the proxy is kept beside it
+                        out[m.name.replace(":", "_proxy:", 1)] = out[m.name]
                     if m.samples == 0:
                         log.warning("calibrate: %s not measured: %s", m.name, m.note)
                     out[m.name] = m

@@ -566,7 +566,8 @@ class DeployedRoute:
     def _deployed_dqn_result(self) -> Generator:
         s = self.stock
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
-        yield from self.on_driver(s.rpc_driver_cpu)
+        # the EnvRunner's metrics are the stock sampler's: the driver aggregates them as in stock RLlib
+        yield from self.on_driver(s.rpc_driver_cpu + s.driver_bookkeeping)
         self.stock_calls["sample_result"] += 1
 
     def _deployed_dqn_sender(self, runner: RunnerRole, outbox: simpy.Store) -> Generator:

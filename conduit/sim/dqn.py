@@ -5,6 +5,7 @@ Stock RLlib 2.60 (``ray/rllib/algorithms/dqn/dqn.py: DQN._training_step_new_api_
 1. ``synchronous_parallel_sample`` (``execution/rollout_ops.py``): every runner samples one fragment;
    the ``foreach_actor`` round trips overlap; each result is pickled + put on its runner and read
    zero-copy by the driver's ``ray.get`` (segment *a*).
+   The driver aggregates each runner's metrics (``MetricsLogger.aggregate``, ``StockCosts.driver_bookkeeping``).
 2. **One** ``local_replay_buffer.add(episodes)`` of the whole round (``EpisodeReplayBuffer.add``).
 3. Once ``num_steps_sampled_before_learning_starts`` is reached, ``sample_and_train_weight`` times
    (``utils/replay_buffers/utils.py: calculate_rr_weights``, the replay ratio): **one**
@@ -13,6 +14,8 @@ Stock RLlib 2.60 (``ray/rllib/algorithms/dqn/dqn.py: DQN._training_step_new_api_
    learners (``TrainingData.shard`` -> ``ShardEpisodesIterator``) and sends each shard as an actor
    call argument (pickled in the driver, round trips overlapping; *b*); the learner's connector
    (*c*, stacking ``frame_stack`` frames) and a pageable copy (*d*) run before each update.
+   After each update, ``update_priorities_in_episode_replay_buffer`` (a prioritized buffer, DQN's
+   default; ``StockCosts.buffer_update_priorities``).
 4. Weights are synced to the runners after the round's updates.
 
 With a local learner (``num_learners=0``) steps 3's call and serialization are a function call.
@@ -125,6 +128,10 @@ class DqnLoop:
                         if math.isnan(self.rec.chunks[cid].t_ready):
                             self.rec.chunks[cid].t_ready = ready
                 yield from self.dqn_update(update, learners, t_free, last_created, ready)
+                # update_priorities_in_episode_replay_buffer with the update's TD errors (dqn.py, after update)
+                t_prio = self.env.now
+                yield from self.on_driver(s.buffer_update_priorities(w.batch_size * len(learners)))
+                self.rec.span(update, "buffer_update_prios", t_prio, self.env.now)
                 update += 1
             yield from self.dqn_weight_sync(it, update)
 
@@ -160,6 +167,8 @@ class DqnLoop:
         yield from self.transfer(runner.memory, self.layout.driver_memory, w.chunk_bytes)
         yield from self.on_driver(s.rpc_driver_cpu + s.sample_deserialize(w.chunk_episodes, w.chunk_bytes))
         self.stock_calls["sample_result"] += 1
+        # DQN._training_step_new_api_stack: self.metrics.aggregate(env_runner_results) per round
+        yield from self.on_driver(s.driver_bookkeeping)
         yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:

@@ -25,6 +25,10 @@ the shared machine do not inflate them). The parameter -> field of that file:
   ``buffer_add_per_step_s`` (2.9 us): ``EpisodeReplayBuffer.add``; ``buffer_sample_per_item`` =
   ``buffer_sample_per_item_s`` (149 us) and ``buffer_sample_per_call`` = ``buffer_sample_s`` less 32
   items (0.51 ms): ``EpisodeReplayBuffer.sample(num_items=n)`` builds one episode per item.
+* ``buffer_update_priorities_per_call``/``_per_item`` (0 here: the uniform buffer has no priorities):
+  ``update_priorities_in_episode_replay_buffer`` on a ``PrioritizedEpisodeReplayBuffer``, DQN's default.
+  ``studies/validation.py`` takes these and the buffer's add/sample costs from the workload's own
+  buffer (``conduit calibrate``'s ``replay_*`` primitives, :func:`conduit.runtime.calibrate.measure_learner`).
 
 * ``connector_per_call`` = ``connector_per_call_s`` (0.113 ms), ``connector_per_sample`` =
   ``connector_per_sample_s`` (2.0 us), ``connector_per_byte`` = ``connector_per_byte_s`` (0.195 ns):
@@ -109,6 +113,8 @@ class StockCosts:
     buffer_add_per_step: float = 2.923e-6
     buffer_sample_per_call: float = 0.5082e-3
     buffer_sample_per_item: float = 149.4e-6
+    buffer_update_priorities_per_call: float = 0.0
+    buffer_update_priorities_per_item: float = 0.0
 
     def sample_serialize(self, episodes: float, nbytes: float) -> float:
         """EnvRunner side of returning sampled episodes: pickling plus ``ray.put``'s copy of their
@@ -136,6 +142,10 @@ class StockCosts:
     def buffer_sample(self, items: float) -> float:
         """One ``EpisodeReplayBuffer.sample(num_items=items)`` call."""
         return self.buffer_sample_per_call + items * self.buffer_sample_per_item
+
+    def buffer_update_priorities(self, items: float) -> float:
+        """``update_priorities_in_episode_replay_buffer`` after an update (a prioritized buffer only)."""
+        return self.buffer_update_priorities_per_call + items * self.buffer_update_priorities_per_item
 
     def connector(self, samples: float, nbytes: float, calls: int = 1) -> float:
         return calls * self.connector_per_call + samples * self.connector_per_sample + nbytes * self.connector_per_byte
