@@ -34,10 +34,14 @@ not a validation. ``--clock wall`` predicts from the primitives' wall-clock medi
 CPU time (what they cost on the machine as loaded during the calibration: a shared machine's load inflates
 the real runs, not the CPU-time primitives).
 
+``--add-learner-primitives`` (with ``--calibration FILE``): measure only the primitives an older calibration
+lacks (RLlib's own ``Learner.update``, DQN's per-step driver calls, a local learner's update with the driver's
+torch threads) and write the merged file to ``OUT/calibration.json``, with the load average at the time.
+
 Known limits of the comparison (reported, not corrected): the study's local-learner workloads
 (``ppo-cartpole-2r-local``, ``dqn-cartpole-1r``) train in the driver process, where torch keeps its default
-thread count (Ray sets ``OMP_NUM_THREADS=1`` only in its workers), while the calibration times one thread;
-APPO's measured ``iteration_ms`` is the period of ``Learner.update`` calls (one per package), while the
+thread count (Ray sets ``OMP_NUM_THREADS=1`` only in its workers): ``learner_update_local`` times that in wall
+clock and is used only when measured on a quiet machine; APPO's measured ``iteration_ms`` is the period of ``Learner.update`` calls (one per package), while the
 simulator's update is one training step on a batch. On 2026-12-04 the study's APPO workloads sampled no env
 step and trained no batch in any 5 s iteration, on both sides, and so did a plain ``APPOConfig`` on CartPole
 with the same resources outside the study (Ray ``num_cpus`` 2 or 3): they are reported as not measured.
@@ -157,12 +161,18 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     - DQN (``algorithms/dqn/dqn.py: calculate_rr_weights``, ``_training_step_new_api_stack``):
       ``replay_ratio`` = updates per round x ``total_train_batch_size`` / steps per round; ``min_size`` =
       ``num_steps_sampled_before_learning_starts``; ``replay_capacity`` from ``replay_buffer_config``;
+    - the update primitive is RLlib's own ``Learner.update`` per minibatch (``learner_update``,
+      :func:`conduit.runtime.calibrate.measure_learner`; APPO: the ``forward_train`` proxy); a local
+      learner (``num_learners=0``) the same with the driver's torch threads in wall-clock time
+      (``learner_update_local``) when that was measured on a quiet machine (:func:`local_usable`);
+    - DQN: the EnvRunner's ``get_metrics()`` rides in each sample call (``runner_metrics``), and the
+      buffer, metrics-aggregate and learner-connector costs are the workload's own (:func:`workload_stock`);
     - weight sync = measured get/set of the module's state + two RPC round trips (learner -> driver,
       driver -> runners, ``StockCosts.rpc_overhead``) + the state's bytes at ``serialize_bandwidth``.
     """
     from conduit.sim.workload import Workload
 
-    runner, update, weights = prims["env_runner"], prims["learner_update"], prims["weights"]
+    runner, update, weights = prims["env_runner"], local_learner_update(prims), prims["weights"]
     envs = int(cfg.num_envs_per_env_runner)
     runners = max(1, int(cfg.num_env_runners))
     learners = int(cfg.num_learners)
@@ -234,6 +244,25 @@ def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]
                    driver_bookkeeping=float(agg["latency"]))
 
 
+#: a wall-clock primitive is used only when measured at a load average below this, per core
+QUIET_LOAD_PER_CORE = 1.0
+
+
+def local_learner_update(prims: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The update primitive of a local learner: ``learner_update_local`` (the driver's torch threads,
+    wall clock) when present, else the one-thread ``learner_update``."""
+    return prims.get("learner_update_local") or prims["learner_update"]
+
+
+def local_usable(entry: Mapping[str, Any] | None) -> bool:
+    """A ``learner_update_local`` entry measured, and on a quiet machine (its 1-min load average below
+    :data:`QUIET_LOAD_PER_CORE` per core): wall-clock time on a loaded machine measures the load."""
+    if not entry or not entry.get("samples"):
+        return False
+    load = (entry.get("extra") or {}).get("load_average") or [math.inf]
+    return float(load[0]) < QUIET_LOAD_PER_CORE * (os.cpu_count() or 1)
+
+
 def study_configs(study: Any, args: argparse.Namespace, names: Sequence[str] | None = None) -> dict[str, Any]:
     """``{workload name: (study Workload, RLlib config)}`` for the study's workloads (default ones, or ``names``)."""
     known = {w.name: w for w in study.WORKLOADS}
@@ -278,6 +307,11 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
                 entry["extra"]["load_average"] = [round(x, 2) for x in load]
                 workload[m.name] = entry
                 log(f"calibrate: {m.summary()}")
+        for key, (algo, cfg) in calibration_configs(configs).items():
+            if int(cfg.num_learners or 0) == 0:  # a local learner: the driver's torch threads, wall clock
+                for m in cal.measure_local_learner(key, algo, cfg, quick):
+                    workload[m.name] = m.to_dict()
+                    log(f"calibrate: {m.summary()}")
     out["workload"] = workload
     out.setdefault("notes", []).append(
         f"learner/replay/metrics primitives added by studies/validation.py --add-learner-primitives at "
@@ -588,6 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if w.algo == "dqn":
             prims.update({kind: _primitive(calibration, kind, key, args.clock) for kind in DQN_DRIVER_PRIMITIVES
                           if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples")})
+        local = calibration.get("workload", {}).get(f"learner_update_local:{key}")
+        if int(cfg.num_learners or 0) == 0 and local_usable(local):
+            prims["learner_update_local"] = local
         stocks[name] = workload_stock(stock, w.algo, prims)
         workloads[name] = sim_workload(name, w.algo, cfg, prims, stocks[name])
     print("predicting ...", flush=True)

@@ -339,3 +339,14 @@ def test_stock_dqn_charges_priority_updates_and_the_per_round_metrics_aggregate(
     dear = Simulation(topo, wl, create_policy("rllib-stock"), iterations=20, stock=dear_stock).run()
     assert dear.sim_time >= cheap.sim_time + 20 * 1e-3 * 0.99  # one priority update per update, at least
     assert dear.to_dict()["segments_s"]["buffer_update_prios"] == pytest.approx(1e-3)
+
+
+def test_a_local_learners_wall_clock_update_is_used_only_when_measured_quietly():
+    cores = os.cpu_count() or 1
+    quiet = {"per_item": 1e-5, "latency": 1e-3, "samples": 9, "extra": {"load_average": [0.1 * cores, 1, 1]}}
+    loaded = {**quiet, "extra": {"load_average": [3.0 * cores, 1, 1]}}
+    assert val.local_usable(quiet) and not val.local_usable(loaded) and not val.local_usable(None)
+    assert not val.local_usable({**quiet, "extra": {}})  # no load recorded: not trusted
+    prims = _prims()
+    assert val.local_learner_update(prims) is prims["learner_update"]
+    assert val.local_learner_update({**prims, "learner_update_local": quiet}) is quiet

@@ -1439,6 +1439,30 @@ def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[W
             runner.stop()
 
 
+def measure_local_learner(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:
+    """``learner_update_local:<name>``: :func:`measure_learner`'s ``Learner.update`` with torch's default
+    thread count, in **wall-clock** time, as a local learner (``num_learners=0``) runs it: in the driver
+    process, where Ray does not set ``OMP_NUM_THREADS=1`` (it does so only in its workers) and torch
+    keeps one intra-op thread per core. The CPU time of several threads would overstate the update's
+    duration, so the latency and rate are refitted from the wall medians: valid only on a quiet
+    machine (the load average is recorded with it)."""
+    import torch
+
+    threads = max(1, int(os.cpu_count() or 1))
+    with _torch_threads(threads):
+        ms = [m for m in measure_learner(name, algo, config, quick) if m.name.startswith("learner_update:")]
+    out = []
+    for m in ms:
+        lat, rate, how = fit_latency_bandwidth(m.sizes, m.extra["wall_medians"])
+        out.append(WorkloadMeasurement(m.name.replace(":", "_local:", 1), rate, lat, m.samples,
+                                       f"{m.note.replace('one torch thread', f'{threads} torch threads')}; "
+                                       f"refitted from the wall medians ({how})", list(m.sizes),
+                                       list(m.extra["wall_medians"]), unit=m.unit,
+                                       extra={"torch_threads": threads, "load_average": list(os.getloadavg()),
+                                              "default_threads": torch.get_num_threads()}))
+    return out
+
+
 def _replay_buffer(rb_cfg: dict[str, Any]):
     """The replay buffer a DQN config asks for (RLlib's default: prioritized), built as the algorithm does."""
     from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer
