@@ -288,36 +288,65 @@ def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, A
 
 
 def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, Any], quick: bool,
-                           log=print) -> dict[str, Any]:
+                           log=print, repeat: int = 1) -> dict[str, Any]:
     """``calibration`` with RLlib's own ``Learner.update`` and DQN's per-step driver calls measured now
     (:func:`conduit.runtime.calibrate.measure_learner`, one torch thread, process CPU time), for a
     calibration taken before those primitives existed: the proxy ``learner_update`` is kept as
-    ``learner_update_proxy``; the load average at the time is recorded with them."""
+    ``learner_update_proxy``; the load average at the time is recorded with them. ``repeat`` > 1 measures
+    each primitive that many times and fits the per-size medians of the runs (a shared machine's noise)."""
     from conduit.runtime import calibrate as cal
 
     out = dict(calibration)
     workload = dict(out.get("workload", {}))
     load = os.getloadavg()
-    with cal._torch_threads(1):
-        for key, (algo, cfg) in calibration_configs(configs).items():
-            for m in cal.measure_learner(key, algo, cfg, quick):
-                if m.name in workload and m.name.startswith("learner_update:"):
-                    workload[m.name.replace(":", "_proxy:", 1)] = workload[m.name]
-                entry = m.to_dict()
-                entry["extra"]["load_average"] = [round(x, 2) for x in load]
-                workload[m.name] = entry
-                log(f"calibrate: {m.summary()}")
+    runs: dict[str, list] = {}
+    for _ in range(max(1, repeat)):
+        with cal._torch_threads(1):
+            for key, (algo, cfg) in calibration_configs(configs).items():
+                for m in cal.measure_learner(key, algo, cfg, quick):
+                    runs.setdefault(m.name, []).append(m)
         for key, (algo, cfg) in calibration_configs(configs).items():
             if int(cfg.num_learners or 0) == 0:  # a local learner: the driver's torch threads, wall clock
                 for m in cal.measure_local_learner(key, algo, cfg, quick):
-                    workload[m.name] = m.to_dict()
-                    log(f"calibrate: {m.summary()}")
+                    runs.setdefault(m.name, []).append(m)
+    for name, ms in runs.items():
+        m = _median_of_runs(ms)
+        proxy = name.replace(":", "_proxy:", 1)
+        if name.startswith("learner_update:") and name in workload and proxy not in workload:
+            workload[proxy] = workload[name]
+        entry = m.to_dict()
+        entry["extra"]["load_average"] = [round(x, 2) for x in load]
+        entry["extra"]["runs"] = len(ms)
+        workload[name] = entry
+        log(f"calibrate: {m.summary()}")
     out["workload"] = workload
     out.setdefault("notes", []).append(
         f"learner/replay/metrics primitives added by studies/validation.py --add-learner-primitives at "
         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {load[0]:.2f}/{load[1]:.2f}/"
         f"{load[2]:.2f} on {os.cpu_count()} cores")
     return out
+
+
+def _median_of_runs(ms: Sequence[Any]) -> Any:
+    """One measurement from repeated runs of the same sweep: the per-size medians of the runs' medians,
+    refitted (``calls``: the slope is the per-call time)."""
+    from conduit.runtime.calibrate import fit_latency_bandwidth
+
+    if len(ms) == 1:
+        return ms[0]
+    import statistics
+
+    first = ms[0]
+    medians = [statistics.median(m.medians[i] for m in ms) for i in range(len(first.medians))]
+    walls = [statistics.median(m.extra["wall_medians"][i] for m in ms) for i in range(len(first.medians))] \
+        if all("wall_medians" in m.extra for m in ms) else None
+    lat, rate, _ = fit_latency_bandwidth(first.sizes, medians)
+    m = replace(first, latency=lat, bandwidth=rate, medians=medians, samples=sum(x.samples for x in ms),
+                extra={**first.extra, **({"wall_medians": walls} if walls else {})})
+    if m.unit == "calls":
+        m.latency = 1.0 / m.bandwidth
+    m.note += f"; per-size medians of {len(ms)} runs"
+    return m
 
 
 def topology_from_calibration(calibration: Mapping[str, Any], name: str = "calibrated-validation"):
@@ -558,6 +587,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--add-learner-primitives", action="store_true",
                    help="with --calibration: measure RLlib's own Learner.update and DQN's driver calls now, and "
                         "write the merged calibration to OUT/calibration.json")
+    p.add_argument("--repeat", type=int, default=1, help="--add-learner-primitives: runs per primitive (medians)")
     p.add_argument("--predict-only", action="store_true", help="predict only; no real runs")
     p.add_argument("--measured", type=Path, help="reuse a previous run's OUT/measured.json instead of running")
     p.add_argument("--quick", action="store_true", help="quick calibration and 4 real iterations (1 warm-up)")
@@ -602,7 +632,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = json.loads(args.calibration.read_text())
         source = str(args.calibration)
         if args.add_learner_primitives:
-            calibration = add_learner_primitives(calibration, configs, args.quick)
+            calibration = add_learner_primitives(calibration, configs, args.quick, repeat=args.repeat)
             (args.out / "calibration.json").write_text(json.dumps(calibration, indent=1))
             source = f"{args.calibration} + learner primitives measured now ({args.out / 'calibration.json'})"
     else:

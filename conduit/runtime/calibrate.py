@@ -1406,18 +1406,18 @@ def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[W
             prio.note += "; the sample's fitted time subtracted per size"
             out.append(prio)
             runner.sample(num_timesteps=steps)
-            def metrics(n: int) -> None:
-                for _ in range(n):
-                    runner.sample(num_timesteps=steps)
-                    results.append(runner.get_metrics())
-
             results: list = []
-            sampled = _item_sweep("sample", "calls", lambda n: [runner.sample(num_timesteps=steps) for _ in range(n)],
-                                  [1, 2], budget, 3, 40, "")
-            both = _item_sweep(f"runner_metrics:{name}", "calls", metrics, [1, 2], budget, 3, 40,
-                               "EnvRunner.get_metrics() after a sample() call (the sample's fitted time subtracted)")
-            both.bandwidth = 1.0 / max(1e-9, 1.0 / both.bandwidth - 1.0 / sampled.bandwidth)
-            out.append(both)
+            cpu, wall = [], []
+            for _ in range(24 if quick else 80):  # each get_metrics() timed alone, after its own sample() call
+                runner.sample(num_timesteps=steps)
+                c, t = _cpu_clock(lambda: results.append(runner.get_metrics()))
+                cpu.append(c)
+                wall.append(t)
+            per_call = max(1e-9, statistics.median(cpu[4:]))
+            out.append(WorkloadMeasurement(f"runner_metrics:{name}", 1.0 / per_call, per_call, len(cpu) - 4,
+                                           "EnvRunner.get_metrics() after a sample() call, each call timed alone "
+                                           "(process CPU time, median)", [1], [per_call], unit="calls",
+                                           extra={"wall_medians": [statistics.median(wall[4:])]}))
             logger = MetricsLogger()
             results = results[-64:]
 
