@@ -42,9 +42,15 @@ Known limits of the comparison (reported, not corrected): the study's local-lear
 (``ppo-cartpole-2r-local``, ``dqn-cartpole-1r``) train in the driver process, where torch keeps its default
 thread count (Ray sets ``OMP_NUM_THREADS=1`` only in its workers): ``learner_update_local`` times that in wall
 clock and is used only when measured on a quiet machine; APPO's measured ``iteration_ms`` is the period of ``Learner.update`` calls (one per package), while the
-simulator's update is one training step on a batch. On 2026-12-04 the study's APPO workloads sampled no env
-step and trained no batch in any 5 s iteration, on both sides, and so did a plain ``APPOConfig`` on CartPole
-with the same resources outside the study (Ray ``num_cpus`` 2 or 3): they are reported as not measured.
+simulator's update is one training step on a batch. On 2026-12-04, with the 2-core machine at a load average
+of about 15, the study's APPO workloads sampled no env step in any 5 s iteration (both sides, and a plain
+``APPOConfig``); on the quiet machine (load 1-2, results/validation/measured.json) they sampled and trained
+with the same config (Ray ``num_cpus=2``: 2 EnvRunners at 0.5 CPU and 1 learner fit), so the load, not the
+config, starved them. Not modelled yet: APPO's driver never sleeps (``algorithm.py:
+Algorithm._run_one_training_iteration`` calls ``IMPALA.training_step`` in a loop until
+``min_time_s_per_iteration``, and its ``fetch_ready_async_reqs`` waits ``timeout_s_sampler_manager = 0.0``),
+so on two cores it holds one while the EnvRunners and the learner share the other; the stock model's
+sampling holds no core at all.
 """
 
 from __future__ import annotations

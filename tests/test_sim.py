@@ -598,6 +598,8 @@ TOO_BIG_CASES = [
 
 def _too_big_case(case: str):
     wl = {"base": "dqn" if "dqn" in case else "appo" if "appo" in case else "ppo", **TIGHT}
+    if "dqn" in case:  # one runner per GPU, as before the dqn preset followed the recipe's single EnvRunner
+        wl["env_runners"] = 2
     cb = chunk_bytes(wl)
     host = 2 * cb if case.startswith("host-only") else 6 * cb
     return tiny_topology(nodes=1, gpus=2, hbm=4 * cb, host=host), wl

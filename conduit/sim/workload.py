@@ -264,9 +264,15 @@ PRESETS: dict[str, Workload] = {
     # one env per runner, train_batch_size 32, one learner fed from the driver's one replay buffer
     # (data-parallel DQN learners at batch 32 are not a recipe). The recipe leaves num_learners at its
     # default, 0 (AlgorithmConfig.__init__): the learner is local, in the driver process, on its GPU.
+    # One EnvRunner (the recipe's num_rollout_workers=1, new API stack: num_env_runners): DQN's
+    # training_step runs one sample round, then one update (dqn.py: calculate_rr_weights returns [1, 1]
+    # without training_intensity), so replay_ratio = 32 sampled / 4 inserted = 8 holds for one runner
+    # only; runners_per_gpu would place one per GPU (8 on dgx-a100) and, with this ratio, 8 updates per
+    # round where RLlib runs one.
     "dqn": _atari(
         "dqn",
         "dqn",
+        env_runners=1,
         envs_per_runner=1,
         fragment_length=4,
         learners=1,
