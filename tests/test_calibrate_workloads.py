@@ -63,7 +63,9 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
                                           quick=True)
     assert torch.get_num_threads() == threads  # restored
     assert set(out) == {"env_runner:ppo-cartpole", "learner_update:ppo-cartpole", "value_pass:ppo-cartpole",
-                        "weights:ppo-cartpole", "learner_update_proxy:ppo-cartpole"}
+                        "weights:ppo-cartpole", "learner_update_proxy:ppo-cartpole",
+                        "learner_update_local:ppo-cartpole"}  # num_learners=0: also with the driver's threads
+    assert out["learner_update_local:ppo-cartpole"].extra["load_average"]  # wall clock: the load is recorded
     # RLlib's own PPOTorchLearner.update replaces the proxy (forward_train + a sum of its outputs)
     assert "PPOTorchLearner.update" in out["learner_update:ppo-cartpole"].note
     assert "forward_train" in out["learner_update_proxy:ppo-cartpole"].note

@@ -1501,6 +1501,8 @@ def measure_workload_primitives(configs: dict[str, tuple[str, Any]], quick: bool
                         ms = [measure_env_runner(name, config, quick)]
                     else:  # the proxy, then RLlib's own Learner where it can be timed (replaces the proxy's update)
                         ms = measure_module(name, algo, config, quick) + measure_learner(name, algo, config, quick)
+                        if int(config.num_learners or 0) == 0:  # a local learner: the driver's torch threads
+                            ms += measure_local_learner(name, algo, config, quick)
                 except Exception as exc:  # noqa: BLE001 - recorded, and logged below
                     ms = [WorkloadMeasurement(f"{what}:{name}", math.nan, math.nan, 0,
                                               f"{type(exc).__name__}: {exc}")]
