@@ -887,6 +887,24 @@ def test_env_runner_streams_ppo_sub_chunks_and_returns_a_ticket():
     assert runner.conduit_flush() == 100
 
 
+def test_env_runner_streams_sub_chunks_of_a_given_target_chunk_bytes():
+    """enable(params={"target_chunk_bytes": ...}): the EnvRunner sizes its sub-chunks by the shared function
+    (conduit.deploy_settings.stream_chunk_steps) at its layout's bytes per step, as the simulator does."""
+    from conduit.deploy_settings import stream_chunk_steps
+
+    spaces = _spaces(False)
+    schema = trajectory_schema(*spaces, N_ACTIONS)
+    target = 27 * schema.step_bytes  # 100 steps in sub-chunks of at most 27 steps' bytes: 4 of 25
+    plan = _plan(enable(_ppo(train_batch_size_per_learner=200).env_runners(num_env_runners=2),
+                        params={"target_chunk_bytes": target}))
+    size = stream_chunk_steps(100, 1, schema.step_bytes, target)
+    runner = _runner(plan, _episode(np.random.default_rng(7), "long", 300, "cut", image=False, spaces=spaces), 100)
+    runner.conduit_attach(_RecordingCluster(), schema, "learner0")
+    runner.sample()
+    assert runner.conduit_flush() == 100
+    assert size == 25 and runner.calls == [25, 25, 25, 25]
+
+
 def test_env_runner_replay_sends_transitions_and_returns_nothing():
     plan = _plan(enable(DQNConfig().environment("CartPole-v1").training(n_step=3)))
     rng = np.random.default_rng(6)
