@@ -123,3 +123,19 @@ def test_enable_honours_a_given_target_chunk_bytes_and_depth(tmp_path, given_by)
     dqn = enable(DQNConfig().environment("CartPole-v1"), **opts).learner_class.conduit_plan
     assert dqn.options["prefetch_depth"] == 3
     assert enable(DQNConfig().environment("CartPole-v1")).learner_class.conduit_plan.options["prefetch_depth"] == 1
+
+
+def test_tunes_defaults_are_the_policy_with_nothing_given():
+    """``conduit tune`` predicts its defaults as enable() deploys them without params (nothing given), so its
+    predicted gain compares the same two deployments the tuning loop runs for real."""
+    from conduit.sim.tune import tune
+
+    topo = topology_from_dict(tiny_topology_dict(nodes=1, gpus=1))
+    # a 1 MB fragment: the default 8 MB target, if given, would stream it whole instead of in eighths
+    wl = _ppo(fragment_length=64, envs_per_runner=1, bytes_per_step=16_000, train_batch_per_learner=128,
+              env_runners=2, learners=1)
+    result = tune(topo, wl, "conduit", budget=1, iterations=2, seed=0)
+    plain = Simulation(topo, wl, create_policy("conduit"), iterations=2, seed=0).run()
+    given = Simulation(topo, wl, create_policy("conduit", **result.default_params), iterations=2, seed=0).run()
+    assert result.default_metrics["iteration_time_s"] == pytest.approx(plain.metrics["iteration_time_s"])
+    assert given.metrics["iteration_time_s"] != pytest.approx(plain.metrics["iteration_time_s"])

@@ -728,7 +728,10 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
 
     def evaluate(params: dict[str, Any]) -> Trial:
         try:
-            pol = factory(**params)
+            # the defaults are the policy built with no parameters given, as enable() without params/params_file
+            # deploys it (a given parameter changes the deployment: conduit.deploy_settings); a candidate's
+            # parameters are all given, as the tuned file that enable(params_file=...) reads gives them
+            pol = factory() if params == defaults else factory(**params)
             result = Simulation(topo, wl, pol, iterations=iterations, seed=seed).run()
         except ConduitError as exc:
             return Trial(dict(params), {"error": str(exc)}, False)
