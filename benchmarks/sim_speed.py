@@ -8,13 +8,14 @@ Targets (issue 13, speed):
 
 Prints, in one run, per policy: wall seconds for ``--iterations`` iterations, seconds per iteration,
 the same scaled to 100 iterations, SimPy events and events per second, chunks, audit violations;
-then the conduit / rllib-stock ratio. ``--reference`` also runs every policy with the
-straightforward view (``Simulation(memoize_view=False)``: every fact recomputed on every access, the
-view as it was before its memo) side by side, prints its seconds and the speed-up, and checks that
-the two runs' JSON results are identical (exit status 1 if not). The other exact speed-ups (the
-placement's staging tier looked up once per decision, the env-step distribution's parameters once
-per run, the PPO plan's per-node learner lists once) apply to both sides: for the whole change,
-compare with an earlier commit.
+then the conduit / rllib-stock ratio. ``--reference`` also runs every policy with every exact fast
+path off (``Simulation(memoize_view=False, fast=False)``: the straightforward view, every fact
+recomputed on every access; env-step times drawn one call per sample; moves and placements always
+through a process step; the network re-solving every active class at every instant) side by side,
+prints its seconds and the speed-up, and checks that the two runs' JSON results are identical (exit
+status 1 if not). The older exact speed-ups (the placement's staging tier looked up once per
+decision, the env-step distribution's parameters once per run, the PPO plan's per-node learner lists
+once) apply to both sides: for the whole change, compare with an earlier commit.
 
 ``--profile`` runs every policy once more under cProfile and prints where its time goes, by layer
 (the flow network and its solver, the placement decision, the algorithm loops, SimPy's own event
@@ -45,14 +46,14 @@ from conduit.sim.metrics import dumps
 from conduit.sim.workload import load_workload
 from conduit.topology import load_topology
 
-DEFAULT_POLICIES = ("rllib-stock", "conduit", "all-gpu", "host-only", "janus-gpu-co-so-g2")
+DEFAULT_POLICIES = ("rllib-stock", "conduit", "conduit-target", "all-gpu", "host-only", "janus-gpu-co-so-g2")
 TARGET_S_PER_100 = 60.0
 TARGET_RATIO = 2.0
 
 
 def _run(topology, workload, policy: str, iterations: int, memoize: bool):
     sim = Simulation(topology, workload, create_policy(policy), iterations=iterations, seed=0,
-                     memoize_view=memoize)
+                     memoize_view=memoize, fast=memoize)
     start = time.perf_counter()
     result = sim.run()
     return time.perf_counter() - start, result
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES))
     parser.add_argument("--reference", action="store_true",
-                        help="also run the straightforward view (memoize_view=False) and check identical results")
+                        help="also run with every exact fast path off (memoize_view=False, fast=False) "
+                             "and check identical results")
     parser.add_argument("--profile", action="store_true",
                         help="also profile every policy once and print its time by layer")
     args = parser.parse_args(argv)
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 wall, result = _run(topology, workload, name, args.iterations, memoize)
                 walls.setdefault((name, memoize), []).append(wall)
                 results[(name, memoize)] = result
-                print(f"  ran {name:<22} {'memoized' if memoize else 'reference'} view: {wall:.1f} s", flush=True)
+                print(f"  ran {name:<22} {'fast' if memoize else 'reference'} paths: {wall:.1f} s", flush=True)
     print()
     head = (f"{'policy':<22} {'wall s':>8} {'s/iter':>8} {'s/100 it':>9} {'events':>9} {'events/s':>9} "
             f"{'chunks':>8} {'viol.':>5}")

@@ -8,6 +8,10 @@ same per-chunk and per-update traces, on hypothesis-drawn small workloads of eve
 every kind of policy (the scenarios of ``tests/test_sim.py``). The invalidation itself is checked
 directly: a change of the ledger, of the cadence or of the network's rates is seen at once.
 
+The engine's other exact fast paths (``Simulation(fast=True)``, the default: env-step draws taken a
+block ahead, moves and placements that fit done without a process step, the network re-solving only
+the components an instant touched) are held to the same standard against ``fast=False``.
+
 No test here measures time: ``benchmarks/sim_speed.py`` prints the figures.
 """
 
@@ -30,11 +34,11 @@ SETTINGS = settings(max_examples=12, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def _run(scenario, memoize: bool):
+def _run(scenario, memoize: bool, fast: bool = True):
     topo_dict, wl, policy, iterations, seed = scenario
     topo = topology_from_dict(topo_dict)
     sim = Simulation(topo, load_workload(wl), create_policy(policy), iterations=iterations, seed=seed,
-                     memoize_view=memoize)
+                     memoize_view=memoize, fast=fast)
     try:
         result = sim.run()
     except ConduitError as exc:  # a working set that stalls must stall the same way, at the same instant
@@ -44,9 +48,15 @@ def _run(scenario, memoize: bool):
     return dumps(result.to_dict()), chunks, updates, result
 
 
-def _same(scenario) -> None:
-    straight = _run(scenario, memoize=False)
-    memo = _run(scenario, memoize=True)
+def _same(scenario, fast_paths: bool = False) -> None:
+    """The memoized view against the straightforward one or, with ``fast_paths``, the engine's exact
+    fast paths (``Simulation(fast=True)``) against the reference (``fast=False``)."""
+    if fast_paths:
+        straight = _run(scenario, memoize=True, fast=False)
+        memo = _run(scenario, memoize=True, fast=True)
+    else:
+        straight = _run(scenario, memoize=False)
+        memo = _run(scenario, memoize=True)
     assert memo[0] == straight[0]  # the whole JSON result: metrics, segments, audit, rejections, ...
     assert _nan_equal(memo[1], straight[1])
     assert _nan_equal(memo[2], straight[2])
@@ -105,6 +115,43 @@ def pressure(draw):
 @given(pressure())
 def test_memoized_view_gives_the_same_run_under_capacity_pressure(scenario):
     _same(scenario)
+
+
+@SETTINGS
+@given(scenarios("ppo"))
+def test_fast_paths_give_the_same_ppo_run(scenario):
+    _same(scenario, fast_paths=True)
+
+
+@SETTINGS
+@given(scenarios("appo"))
+def test_fast_paths_give_the_same_appo_run(scenario):
+    _same(scenario, fast_paths=True)
+
+
+@SETTINGS
+@given(scenarios("dqn"))
+def test_fast_paths_give_the_same_dqn_run(scenario):
+    _same(scenario, fast_paths=True)
+
+
+@SETTINGS
+@given(pressure())
+def test_fast_paths_give_the_same_run_under_capacity_pressure(scenario):
+    _same(scenario, fast_paths=True)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=60), st.floats(0.0, 0.6), st.integers(0, 2**16))
+def test_env_step_draws_a_block_ahead_are_the_draws_one_at_a_time(sizes, cv, seed):
+    """``_draws`` hands out a block drawn ahead in pieces: the same values, hence the same sample
+    times, as one generator call per sample (nothing else draws in PPO and APPO)."""
+    topo = topology_from_dict(tiny_topology_dict(nodes=1, gpus=1))
+    wl = load_workload({"base": "ppo", "env_step_cv": cv})
+    ahead = Simulation(topo, wl, create_policy("conduit"), iterations=1, seed=seed, fast=True)
+    each = Simulation(topo, wl, create_policy("conduit"), iterations=1, seed=seed, fast=False)
+    assert ahead.batch_draws and not each.batch_draws
+    assert [ahead.sample_time(n) for n in sizes] == [each.sample_time(n) for n in sizes]
 
 
 def _tiny_sim() -> Simulation:

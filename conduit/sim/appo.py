@@ -152,7 +152,8 @@ class AppoLoop:
         s, w = self.stock, self.workload
         t0 = self.env.now
         yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, chunk.nbytes))
-        yield from self.place_in(chunk.id, self.host_tier(runner.memory))
+        if not self.place_now(chunk.id, self.host_tier(runner.memory)):
+            yield from self.place_in(chunk.id, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))  # the reply travels
         yield from self.on_driver(s.rpc_driver_cpu + s.driver_bookkeeping)
         self.stock_calls["sample_result"] += 1
@@ -188,7 +189,8 @@ class AppoLoop:
         t_get = self.env.now
         yield from self.transfer(runner.memory, lr.memory, chunk.nbytes)
         yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, chunk.nbytes))
-        yield from self.move_to(chunk.id, lr.pageable)
+        if not self.move_now(chunk.id, lr.pageable):
+            yield from self.move_to(chunk.id, lr.pageable)
         t_c = self.env.now
         built = chunk.nbytes * w.frame_stack
         yield from self.cpu(lr.node, s.connector(chunk.steps / w.steps_per_row, built))
@@ -198,7 +200,8 @@ class AppoLoop:
         if lr.hbm is not None:
             yield from self.cpu(lr.node, built / self.staging_bandwidth(lr.memory))
         yield from self.copy_to_device(lr, built, pinned=True)
-        yield from self.move_to(chunk.id, lr.device_tier)
+        if not self.move_now(chunk.id, lr.device_tier):
+            yield from self.move_to(chunk.id, lr.device_tier)
         self.rec.chunks[chunk.id].t_ready = self.env.now
         if lr.index == 0:
             k = self.version

@@ -211,8 +211,11 @@ class DeployedRoute:
         quanta on an oversubscribed node)."""
         left = self.sample_time(vector_steps)
         thread = self.runner_thread[runner.id]
-        if thread.fifo is None:
-            yield from self._pipeline([(thread, left)])
+        if thread.fifo is None:  # _pipeline([(thread, left)]), inlined
+            env = self.env
+            t = thread.serve(env.now, left, self.cpus[thread.node])
+            if t > env.now:
+                yield env.timeout(t - env.now)
             return
         while left > 0:
             step = min(SAMPLING_QUANTUM, left)
@@ -263,7 +266,8 @@ class DeployedRoute:
     def _place(self, lr: LearnerRole, group: list, nbytes: float) -> Generator:
         tier = self._host_tier(lr, nbytes)
         for chunk, _ in group:
-            yield from self.place_in(chunk.id, tier)
+            if not self.place_now(chunk.id, tier):
+                yield from self.place_in(chunk.id, tier)
 
     def _deliver_stages(self, lr: LearnerRole, nbytes: float) -> list:
         """A delivery call (``next_batch`` or ``peek``) returning ``nbytes`` of rows, as pipeline stages."""
@@ -303,7 +307,7 @@ class DeployedRoute:
     def _retire_to_device(self, lr: LearnerRole, cids: list[int]) -> Generator:
         """The delivered rows now sit in the learner's device memory (the plane released its copies)."""
         for cid in cids:
-            if self.chunk_ledger.location(cid) is not None:
+            if self.chunk_ledger.location(cid) is not None and not self.move_now(cid, lr.device_tier):
                 yield from self.move_to(cid, lr.device_tier)
 
     # ================================================================== PPO
@@ -337,21 +341,16 @@ class DeployedRoute:
         sender, actor = self.runner_thread[runner.id], self.plane_actor[lr.node]
         if sender.fifo is not None or actor.fifo is not None or runner.memory != lr.memory:
             return False
-        p, s = self.plane, self.stock
         nbytes = chunk.nbytes
         tier = self._host_tier(lr, nbytes)
         if not self.ledger.try_reserve(tier, nbytes):
             return False
-        self.chunk_ledger.placed(chunk.id, tier, nbytes, self.env.now)
+        now = self.env.now
+        self.chunk_ledger.placed(chunk.id, tier, nbytes, now)
         self.rec.chunks[chunk.id].tier = tier
-        via_store = nbytes >= p.inline_bytes
-        work = nbytes / p.pack_bandwidth + s.rpc_driver_cpu
-        if via_store:
-            work += s.put_per_call + nbytes / s.serialize_bandwidth
-        half = self._half_trip
-        t = sender.serve(self.env.now, work, self.cpus[runner.node]) + half
-        t = actor.serve(t, p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
-                        + (s.get_per_object if via_store else 0.0), self.cpus[lr.node]) + half
+        work, actor_work, half = self._ingest_costs(nbytes)
+        t = sender.serve(now, work, self.cpus[runner.node]) + half
+        t = actor.serve(t, actor_work, self.cpus[lr.node]) + half
         slots = self.runner_slots[runner.id]
 
         def done(_event: Any) -> None:
@@ -361,6 +360,21 @@ class DeployedRoute:
 
         self.env.timeout(t - self.env.now).callbacks.append(done)
         return True
+
+    def _ingest_costs(self, nbytes: float) -> tuple[float, float, float]:
+        """(the sender's work, the actor's work, half a round trip) of an ingest of ``nbytes``, as
+        :meth:`deployed_ingest` adds them up; kept per size (the costs are fixed for the run)."""
+        cache = self.__dict__.setdefault("_ingest_cost_cache", {})
+        costs = cache.get(nbytes)
+        if costs is None:
+            p, s = self.plane, self.stock
+            via_store = nbytes >= p.inline_bytes
+            work = nbytes / p.pack_bandwidth + s.rpc_driver_cpu
+            if via_store:
+                work += s.put_per_call + nbytes / s.serialize_bandwidth
+            actor_work = p.ingest_per_call + nbytes / p.ingest_copy_bandwidth + (s.get_per_object if via_store else 0.0)
+            costs = cache[nbytes] = (work, actor_work, self._half_trip)
+        return costs
 
     def deployed_value_stream(self, lr: LearnerRole, state: Any) -> Generator:
         """``values.py: ValueStream``: peek what has landed (one call for all of it), copy it into the

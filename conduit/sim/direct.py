@@ -41,7 +41,8 @@ class DirectRoute:
         if not self.ledger.fits(tier, nbytes):
             yield from self.make_room(tier, nbytes)
         for chunk, _ in group:
-            yield from self.place_in(chunk.id, tier)
+            if not self.place_now(chunk.id, tier):
+                yield from self.place_in(chunk.id, tier)
         placed = self.topology.tier(tier)
         if placed.kind is TierKind.HBM:
             yield from self.copy_into_gpu(placed.device, runner.node, nbytes, self.path.pinned, runner.memory)
@@ -73,7 +74,8 @@ class DirectRoute:
             size = self._chunks[cid].nbytes
             yield from self.transfer(self.topology.tier(tier).device, self.topology.tier(move.dst_tier).device, size)
             if self.chunk_ledger.location(cid) == tier:  # still there (not consumed meanwhile)
-                yield from self.move_to(cid, move.dst_tier)
+                if not self.move_now(cid, move.dst_tier):
+                    yield from self.move_to(cid, move.dst_tier)
                 self.rec.spilled += 1
 
     def scheduled_move(self, learner: LearnerRole, cids: list[int], nbytes: float, state: Any) -> Generator:
@@ -85,7 +87,8 @@ class DirectRoute:
         yield from self.copy_to_device(learner, nbytes, pinned=source.kind is not TierKind.PAGEABLE,
                                        src_device=source.device)
         for cid in cids:
-            yield from self.move_to(cid, learner.device_tier)
+            if not self.move_now(cid, learner.device_tier):
+                yield from self.move_to(cid, learner.device_tier)
         self.view.move_finished(learner, cids)
 
     def _build_batch_on_learner(self, lr: LearnerRole, batch: list[int]) -> Generator:
@@ -103,7 +106,8 @@ class DirectRoute:
         yield from self._copy_in(lr, {tier: len(cids) * w.chunk_bytes for tier, cids in by_tier.items()})
         for cids in by_tier.values():
             for cid in cids:
-                yield from self.move_to(cid, lr.device_tier)
+                if not self.move_now(cid, lr.device_tier):
+                    yield from self.move_to(cid, lr.device_tier)
 
     def _copy_in(self, lr: LearnerRole, bytes_by_tier: dict[str, float]) -> Generator:
         """Copy into the learner's device what lies in other tiers, one copy per source tier

@@ -162,14 +162,16 @@ class DqnLoop:
         the driver's node and a zero-copy get on the driver's thread."""
         w, s = self.workload, self.stock
         yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_bytes))
-        yield from self.place_in(cid, self.host_tier(runner.memory))
+        if not self.place_now(cid, self.host_tier(runner.memory)):
+            yield from self.place_in(cid, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
         yield from self.transfer(runner.memory, self.layout.driver_memory, w.chunk_bytes)
         yield from self.on_driver(s.rpc_driver_cpu + s.sample_deserialize(w.chunk_episodes, w.chunk_bytes))
         self.stock_calls["sample_result"] += 1
         # DQN._training_step_new_api_stack: self.metrics.aggregate(env_runner_results) per round
         yield from self.on_driver(s.driver_bookkeeping)
-        yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))
+        if not self.move_now(cid, self.host_tier(self.layout.driver_memory)):
+            yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         yield self.env.timeout(self.sample_time(self.workload.fragment_length))

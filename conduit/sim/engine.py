@@ -51,6 +51,8 @@ from conduit.sim.workload import Workload
 from conduit.topology import TierKind, Topology
 
 DEFAULT_PAGEABLE_COPY_FRACTION = 0.25
+#: env-step draws taken from the generator at a time (:meth:`Simulation._draws`)
+DRAW_BLOCK = 8192
 
 
 @dataclass
@@ -129,7 +131,12 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
 
     ``memoize_view=False`` makes the policy's :class:`~conduit.sim.view.SimClusterView` recompute
     every fact on every access: the straightforward reference that the memoized view (the default,
-    several times faster at scale) must match exactly (``tests/test_sim_speed.py``)."""
+    several times faster at scale) must match exactly (``tests/test_sim_speed.py``).
+
+    ``fast=False`` turns off the engine's other exact fast paths, for the same comparison: env-step
+    times drawn a block ahead (:meth:`_draws`), moves and placements that fit done without a
+    process step (:meth:`move_now`, :meth:`place_now`), and the network re-solving only the
+    components an instant's flow starts and ends touch (``Network(component_solve=...)``)."""
 
     def __init__(
         self,
@@ -143,6 +150,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         plane: PlaneCosts | None = None,
         progress: Callable[[int, int], None] | None = None,
         memoize_view: bool = True,
+        fast: bool = True,
         stock_source: str | None = None,
         plane_source: str | None = None,
     ):
@@ -176,7 +184,11 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         self.progress = progress
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
-        self.network = Network(self.env, topology.graph)
+        #: env-step times drawn a block ahead (:meth:`_draws`); ``fast=False`` draws per call
+        self.fast = fast
+        self.batch_draws = fast and workload.algorithm != "dqn"
+        self._draw_block, self._draw_at = np.zeros(0), 0
+        self.network = Network(self.env, topology.graph, component_solve=fast)
         self.cpus = {
             node: CpuPool(self.env, node, sum(c.get("cores", 1) for c in topology.devices_of("cpu", node)) or 1,
                           float(next((c.get("cpu_speed", 1.0) for c in topology.devices_of("cpu", node)), 1.0)))
@@ -294,10 +306,31 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
                 sigma = math.sqrt(math.log1p(w.env_step_cv**2))
                 params = self._lognormal = (math.log(w.env_step_time) - sigma**2 / 2, sigma)
             # the sum of many lognormal steps: draw the mean of `vector_steps` draws cheaply
-            per_step = float(self.rng.lognormal(params[0], params[1], size=min(vector_steps, 64)).mean())
+            n = min(vector_steps, 64)
+            if self.batch_draws:
+                draws = self._draws(params, n)
+            else:
+                draws = self.rng.lognormal(params[0], params[1], size=n)
+            # ndarray.mean, as numpy computes it for a 1-d float64 array: the pairwise sum over n
+            per_step = float(np.add.reduce(draws)) / n
         else:
             per_step = w.env_step_time
         return w.runner_call_overhead + vector_steps * (per_step + w.inference_time)
+
+    def _draws(self, params: tuple[float, float], n: int) -> np.ndarray:
+        """The next ``n`` env-step draws from a block drawn ahead (:data:`DRAW_BLOCK` at a time).
+
+        NumPy's ``Generator.lognormal`` consumes its bit stream value by value, so a block of
+        draws split into pieces gives exactly the values that one call per piece would: exact
+        wherever nothing else draws from ``self.rng`` in between (``batch_draws``: every algorithm
+        but DQN, whose replay sampler shares the generator)."""
+        block, at = self._draw_block, self._draw_at
+        if at + n > block.size:
+            block = self._draw_block = np.concatenate(
+                [block[at:], self.rng.lognormal(params[0], params[1], size=max(DRAW_BLOCK, n))])
+            at = 0
+        self._draw_at = at + n
+        return block[at:at + n]
 
     def new_chunk(self, runner: RunnerRole, learner: LearnerRole, version: int) -> tuple[Chunk, ChunkTrace]:
         w = self.workload
@@ -327,6 +360,36 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         self.ledger.release(src, nbytes)
         self.chunk_ledger.moved(cid, tier, nbytes, self.env.now)
         self.rec.chunks[cid].tier = tier
+
+    def place_now(self, cid: int, tier: str) -> bool:
+        """:meth:`place_in` without a process step when the bytes fit at once (the ledger's
+        reservation is then granted on the spot, so :meth:`place_in` would not wait either):
+        True when done, False (nothing done) when the caller must ``yield from place_in``."""
+        if not self.fast:
+            return False
+        chunk = self._chunks[cid]
+        if not self.ledger.try_reserve(tier, chunk.nbytes):
+            return False
+        self.chunk_ledger.placed(cid, tier, chunk.nbytes, self.env.now)
+        self.rec.chunks[cid].tier = tier
+        return True
+
+    def move_now(self, cid: int, tier: str) -> bool:
+        """:meth:`move_to` without a process step when it would not wait (already there, or the
+        bytes fit ``tier`` at once): True when done, False (nothing done) when the caller must
+        ``yield from move_to``."""
+        if not self.fast:
+            return False
+        src = self.chunk_ledger.location(cid)
+        if src == tier:
+            return True
+        nbytes = self._chunks[cid].nbytes
+        if not self.ledger.try_reserve(tier, nbytes):
+            return False
+        self.ledger.release(src, nbytes)
+        self.chunk_ledger.moved(cid, tier, nbytes, self.env.now)
+        self.rec.chunks[cid].tier = tier
+        return True
 
     def release(self, cid: int) -> None:
         tier = self.chunk_ledger.location(cid)

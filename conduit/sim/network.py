@@ -160,8 +160,11 @@ class Network:
     rate, summed; over ``resolves`` it is the mean number of flows re-rated).
     """
 
-    def __init__(self, env: simpy.Environment, graph: nx.Graph) -> None:
+    def __init__(self, env: simpy.Environment, graph: nx.Graph, *, component_solve: bool = True) -> None:
         self.env = env
+        #: re-solve only the components an instant's starts and ends touch (exact; False: every
+        #: active class at every re-solve, the reference)
+        self.component_solve = component_solve
         self.router = Router(graph)
         bandwidth, latency = [], []
         for u, v in self.router.edges:
@@ -516,7 +519,11 @@ class Network:
             live = l_mult[ent_c] > 0
             ent_c, ent_k = ent_c[live], ent_k[live]
         # classes without flows (and the dummy, and free ids) have no entries: rate 0
-        new = maxmin.max_min_rates(ent_c, ent_k, self._k_cap[: self._n_k], n_l, weights=l_mult, unconstrained=0.0)
+        if self.component_solve:
+            new = self._solve_components(started, ended, ent_c, ent_k, l_mult)
+        else:
+            new = maxmin.max_min_rates(ent_c, ent_k, self._k_cap[: self._n_k], n_l, weights=l_mult,
+                                       unconstrained=0.0)
         changed = new != self._l_rate[:n_l]
         self._l_rate[:n_l] = new
 
@@ -543,6 +550,29 @@ class Network:
         )
         if self._dead:
             self._compact()
+
+    def _solve_components(self, started: list[tuple[int, int]], ended: list[int], ent_c: np.ndarray,
+                          ent_k: np.ndarray, l_mult: np.ndarray) -> np.ndarray:
+        """The rates :func:`~conduit.sim.maxmin.max_min_rates` gives every listed class, solving only
+        the components (of the class-link incidence) that this instant's starts and ends touch.
+
+        Exact: every operation of the bottleneck rounds acts per link or per class, and a link's
+        sums run over its own entries in their stored order, so a component's rates do not depend
+        on what else is solved with it; one that no start or end touched keeps its classes and
+        multiplicities, hence the rates it got when last solved (classes without flows: 0)."""
+        k_of, c_links = self._k_of, self._c_links
+        seeds = {k_of[link] for cls in (*[c for _s, c in started], *ended) for link in c_links[cls]}
+        seeds.discard(-1)
+        n_l, n_k = self._n_l, self._n_k
+        new = self._l_rate[:n_l].copy()
+        if seeds and ent_c.size:
+            c_in, _k_in = maxmin.component(ent_c, ent_k, np.fromiter(seeds, np.intp, len(seeds)), n_l, n_k)
+            sel = c_in[ent_c]
+            solved = maxmin.max_min_rates(ent_c[sel], ent_k[sel], self._k_cap[:n_k], n_l, weights=l_mult,
+                                          unconstrained=0.0)
+            new[c_in] = solved[c_in]
+        new[l_mult == 0] = 0.0
+        return new
 
     def _alloc(self) -> int:
         if not self._free:

@@ -217,11 +217,13 @@ class PpoLoop:
         nbytes, episodes = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes
         yield from self.cpu(runner.node, s.sample_serialize(episodes, nbytes))
         for cid in cids:
-            yield from self.place_in(cid, self.host_tier(runner.memory))
+            if not self.place_now(cid, self.host_tier(runner.memory)):
+                yield from self.place_in(cid, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
         yield from self.transfer(runner.memory, driver_mem, nbytes)
         for cid in cids:
-            yield from self.move_to(cid, self.host_tier(driver_mem))
+            if not self.move_now(cid, self.host_tier(driver_mem)):
+                yield from self.move_to(cid, self.host_tier(driver_mem))
         yield from self.on_driver(s.rpc_driver_cpu + s.sample_deserialize(episodes, nbytes))
         self.stock_calls["sample_result"] += 1
         yield from self.on_driver(s.driver_bookkeeping)
@@ -236,7 +238,8 @@ class PpoLoop:
         yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
         yield from self.cpu(lr.node, s.shard_deserialize(episodes, nbytes))
         for cid in cids:
-            yield from self.move_to(cid, lr.pageable)
+            if not self.move_now(cid, lr.pageable):
+                yield from self.move_to(cid, lr.pageable)
         observed = lr.index == 0
         if observed:
             self.rec.span(k, "b", t_b, self.env.now)
@@ -248,7 +251,8 @@ class PpoLoop:
         yield from self.cpu(lr.node, s.to_tensor(built))
         yield from self.copy_to_device(lr, built, pinned=False)
         for cid in cids:
-            yield from self.move_to(cid, lr.device_tier)
+            if not self.move_now(cid, lr.device_tier):
+                yield from self.move_to(cid, lr.device_tier)
         t_gae = self.env.now
         yield from self.compute[lr.device].run(samples * w.value_pass_per_sample)
         if observed:
