@@ -74,6 +74,9 @@ from conduit.errors import ConduitError, TopologyError
 from conduit.sim import maxmin
 from conduit.sim.routing import Route, Router
 
+#: Re-solves that skip the component search after it found one component holding every class.
+WHOLE_SOLVES = 16
+
 #: A flow completes when its remaining bytes are at most this fraction of its size.
 COMPLETION_RTOL = 1e-9
 
@@ -165,6 +168,7 @@ class Network:
         #: re-solve only the components an instant's starts and ends touch (exact; False: every
         #: active class at every re-solve, the reference)
         self.component_solve = component_solve
+        self._whole_left = 0  # re-solves left that solve every class without a component search
         self.router = Router(graph)
         bandwidth, latency = [], []
         for u, v in self.router.edges:
@@ -559,15 +563,22 @@ class Network:
         Exact: every operation of the bottleneck rounds acts per link or per class, and a link's
         sums run over its own entries in their stored order, so a component's rates do not depend
         on what else is solved with it; one that no start or end touched keeps its classes and
-        multiplicities, hence the rates it got when last solved (classes without flows: 0)."""
+        multiplicities, hence the rates it got when last solved (classes without flows: 0). When the
+        search finds one component holding every class (a fabric whose flows all meet at one link),
+        the next :data:`WHOLE_SOLVES` re-solves solve every class without searching: the same rates."""
         k_of, c_links = self._k_of, self._c_links
         seeds = {k_of[link] for cls in (*[c for _s, c in started], *ended) for link in c_links[cls]}
         seeds.discard(-1)
         n_l, n_k = self._n_l, self._n_k
+        if self._whole_left > 0:  # the last components found spanned every class: solve them all
+            self._whole_left -= 1
+            return maxmin.max_min_rates(ent_c, ent_k, self._k_cap[:n_k], n_l, weights=l_mult, unconstrained=0.0)
         new = self._l_rate[:n_l].copy()
         if seeds and ent_c.size:
             c_in, _k_in = maxmin.component(ent_c, ent_k, np.fromiter(seeds, np.intp, len(seeds)), n_l, n_k)
             sel = c_in[ent_c]
+            if sel.all():  # one component holds every class: skip the search for the next few solves
+                self._whole_left = WHOLE_SOLVES
             solved = maxmin.max_min_rates(ent_c[sel], ent_k[sel], self._k_cap[:n_k], n_l, weights=l_mult,
                                           unconstrained=0.0)
             new[c_in] = solved[c_in]
