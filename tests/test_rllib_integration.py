@@ -204,15 +204,40 @@ def test_sac_replay_from_the_plane(local_ray, buffer):
     assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0  # rows, not chunks (see DQN)
 
 
-# ------------------------------------------------------------------------------------------ two nodes
-TWO_NODES = textwrap.dedent("""
-    import json, os, socket, sys
+# ------------------------------------------------------------------------------------------ one fresh interpreter
+# The two-node run and the check that RLlib stays untouched share one interpreter (its start, the import of
+# every RLlib module and a Ray start cost about 15 s on a loaded 2-core machine): it snapshots every RLlib
+# module and class before conduit is imported, makes the two-node PPO run, then the local PPO and DQN runs on
+# the same cluster, and snapshots again.
+FRESH = textwrap.dedent("""
+    import importlib, inspect, json, os, pkgutil, socket, sys
     os.environ["RAY_AUTH_MODE"] = "disabled"
     tmp = sys.argv[1]
     os.makedirs(f"{tmp}/ray", exist_ok=True)  # Cluster writes its address file under $RAY_TMPDIR/ray
     os.environ["RAY_TMPDIR"] = tmp
-    import ray
+    import ray, ray.rllib
+    names = [m.name for m in pkgutil.walk_packages(ray.rllib.__path__, "ray.rllib.")
+             if ".tests" not in m.name and ".examples" not in m.name and "tf" not in m.name.split(".")[-1]]
+    mods = {}
+    for n in names:
+        try:
+            mods[n] = importlib.import_module(n)
+        except Exception:
+            pass
+
+    def snapshot():
+        out = {}
+        for n, m in mods.items():
+            for k, v in list(vars(m).items()):
+                out[(n, k)] = id(v)
+                if inspect.isclass(v) and v.__module__ == n:
+                    for a, w in list(vars(v).items()):
+                        out[(n, k, a)] = id(w)
+        return out
+
+    before = snapshot()
     from ray.cluster_utils import Cluster
+    from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.algorithms.ppo import PPOConfig
     from conduit.runtime.rllib import enable, shutdown
 
@@ -225,6 +250,7 @@ TWO_NODES = textwrap.dedent("""
     try:
         cluster.add_node(num_cpus=1, resources={"learner_node": 1}, object_store_memory=128 << 20)
         cluster.wait_for_nodes()
+        # two nodes: the EnvRunner on the head node, the learner on the worker node
         cfg = (PPOConfig().environment("CartPole-v1").debugging(seed=1)
                .env_runners(num_env_runners=1, num_cpus_per_env_runner=0.5,
                             custom_resources_per_env_runner={"runner_node": 0.1})
@@ -240,25 +266,47 @@ TWO_NODES = textwrap.dedent("""
         finally:
             algo.stop()
             final = shutdown(algo)
+        # RLlib untouched: enabling, building and training a local PPO and a DQN (in this process)
+        for local in (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+                      .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1),
+                      DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+                      .reporting(min_sample_timesteps_per_iteration=60)
+                      .training(num_steps_sampled_before_learning_starts=32, train_batch_size_per_learner=16)):
+            local_algo = enable(local).build_algo()
+            local_algo.train()
+            local_algo.stop()
+            assert shutdown(local_algo)["violations"] == 0
     finally:
         ray.shutdown()
         cluster.shutdown()
+    after = snapshot()
+    changed = sorted(str(k) for k in before if k in after and before[k] != after[k] and len(k) == 3)
+    changed += sorted(str(k) for k in before if k in after and before[k] != after[k] and len(k) == 2
+                      and (inspect.isclass(getattr(mods[k[0]], k[1], None)) or inspect.isfunction(getattr(mods[k[0]], k[1], None))))
     fallback = [r["learners"]["__all_modules__"].get("conduit", {}).get("values_fallback") for r in results]
     print("RESULT", json.dumps({"learner_node": learner_node, "runner_node": runner_node, "fallback": fallback,
                                 "metrics": results[-1]["conduit"]["metrics"], "final": final}, default=str))
+    print("CHECKED", len(before))
+    print("CHANGED", changed)
 """)
 
 
-def test_two_node_cluster_places_on_the_learners_node():
+@pytest.fixture(scope="module")
+def fresh_interpreter() -> list[str]:
+    """The lines :data:`FRESH` printed (run once for the module's two tests that read them)."""
+    proc = subprocess.run([sys.executable, "-c", FRESH, TMP + "2"], check=False, capture_output=True, text=True,
+                          timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.splitlines()
+
+
+def test_two_node_cluster_places_on_the_learners_node(fresh_interpreter):
     """EnvRunner on the head node, learner on the worker node: the plane runs next to the learner and
     every chunk crosses nodes through the object store. (In a fresh interpreter: a driver that already
     ran and shut down another Ray in this process could not connect its EnvRunners to the new cluster.)"""
     import json
 
-    proc = subprocess.run([sys.executable, "-c", TWO_NODES, TMP + "2"], check=False, capture_output=True, text=True,
-                          timeout=420, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT "):])
+    got = json.loads(next(line for line in fresh_interpreter if line.startswith("RESULT"))[len("RESULT "):])
     assert got["learner_node"] != got["runner_node"]
     metrics = got["metrics"]
     assert metrics["node_id"] == got["learner_node"]  # one plane, on the learner's node
@@ -290,60 +338,10 @@ def test_rllib_files_match_their_wheel_record():
     assert checked > 500
 
 
-UNTOUCHED = textwrap.dedent("""
-    import importlib, inspect, os, pkgutil, sys
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    import ray, ray.rllib
-    names = [m.name for m in pkgutil.walk_packages(ray.rllib.__path__, "ray.rllib.")
-             if ".tests" not in m.name and ".examples" not in m.name and "tf" not in m.name.split(".")[-1]]
-    mods = {}
-    for n in names:
-        try:
-            mods[n] = importlib.import_module(n)
-        except Exception:
-            pass
-
-    def snapshot():
-        out = {}
-        for n, m in mods.items():
-            for k, v in list(vars(m).items()):
-                out[(n, k)] = id(v)
-                if inspect.isclass(v) and v.__module__ == n:
-                    for a, w in list(vars(v).items()):
-                        out[(n, k, a)] = id(w)
-        return out
-
-    before = snapshot()
-    from conduit.runtime.rllib import enable, shutdown
-    from ray.rllib.algorithms.ppo import PPOConfig
-    from ray.rllib.algorithms.dqn import DQNConfig
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir="/tmp/cdtrl3", log_to_driver=False)
-    for cfg in (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
-                .training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1),
-                DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
-                .reporting(min_sample_timesteps_per_iteration=60)
-                .training(num_steps_sampled_before_learning_starts=32, train_batch_size_per_learner=16)):
-        algo = enable(cfg).build_algo()
-        algo.train()
-        algo.stop()
-        assert shutdown(algo)["violations"] == 0
-    ray.shutdown()
-    after = snapshot()
-    changed = sorted(str(k) for k in before if k in after and before[k] != after[k] and len(k) == 3)
-    changed += sorted(str(k) for k in before if k in after and before[k] != after[k] and len(k) == 2
-                      and (inspect.isclass(getattr(mods[k[0]], k[1], None)) or inspect.isfunction(getattr(mods[k[0]], k[1], None))))
-    print("CHECKED", len(before))
-    print("CHANGED", changed)
-""")
-
-
-def test_rllib_classes_and_functions_are_not_replaced():
-    """Enabling, building and training replaces no attribute of any RLlib class or module function."""
-    proc = subprocess.run([sys.executable, "-c", UNTOUCHED], check=False, capture_output=True, text=True,
-                          timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout.splitlines()
+def test_rllib_classes_and_functions_are_not_replaced(fresh_interpreter):
+    """Enabling, building and training (two nodes, a local PPO, a DQN) replaces no attribute of any RLlib
+    class or module function."""
+    out = fresh_interpreter
     checked = int(next(line for line in out if line.startswith("CHECKED")).split()[1])
     changed = next(line for line in out if line.startswith("CHANGED"))
     assert checked > 10_000
