@@ -88,7 +88,10 @@ def _ppo(**learners):
             .training(train_batch_size_per_learner=400, minibatch_size=100, num_epochs=2))
 
 
-@pytest.mark.parametrize("value_pass", ["per_chunk", "batch"])
+# the batch value pass (RLlib's own GAE over the whole batch, the stock connector path) is make test-e2e's: the
+# per-chunk run covers the same enable() -> plane -> learner path, and the plan's handling of value_pass="batch"
+# is checked fast in tests/test_rllib_enable.py
+@pytest.mark.parametrize("value_pass", ["per_chunk", pytest.param("batch", marks=pytest.mark.e2e)])
 def test_ppo_trains_on_exactly_what_was_sampled(local_ray, value_pass):
     results, final = _train(_ppo(num_learners=0), 2, value_pass=value_pass, chunk_steps=100)
     _check_common(results, final, "on_policy")
@@ -177,8 +180,10 @@ def test_dqn_replay_from_the_plane(local_ray):
     assert final["checksums_verified"] == 0 and final["by_kind"]["bytes_changed"] == 0
 
 
-@pytest.mark.parametrize("buffer", [pytest.param("EpisodeReplayBuffer", marks=pytest.mark.e2e),  # DQN covers uniform
-                                    "PrioritizedEpisodeReplayBuffer"])
+# make test-e2e's: test_dqn_replay_from_the_plane runs the same ConduitEpisodeReplayBuffer path with DQN's default
+# prioritized buffer, and tests/test_replay_sampler.py checks the prioritized sampler against RLlib's
+@pytest.mark.e2e
+@pytest.mark.parametrize("buffer", ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"])
 def test_sac_replay_from_the_plane(local_ray, buffer):
     from ray.rllib.algorithms.sac import SACConfig
 

@@ -76,6 +76,9 @@ def _trained(result: dict) -> float:
     return result.get("learners", {}).get("__all_modules__", {}).get("num_env_steps_trained_lifetime") or 0
 
 
+# make test-e2e's: test_plane_cluster_restarts_then_gives_up_cleanly restores a replay table after the actor dies,
+# and the PPO test above keeps RLlib training through the restart (the same PlaneCluster recovery path)
+@pytest.mark.e2e
 def test_dqn_keeps_training_after_the_plane_actor_is_killed(fresh_ray):
     from ray.rllib.algorithms.dqn import DQNConfig
 
