@@ -50,6 +50,7 @@ from typing import Any
 
 from conduit.registry import create_policy, policy_registry
 from conduit.sim.cost_file import resolve_stock_costs
+from conduit.sim.deployed import MULTI_LEARNER_WARNING
 from conduit.sim.engine import SimResult, Simulation
 from conduit.sim.params import StockCosts
 from conduit.sim.provenance import MIN_ROUNDS, TREND_MIN_UPDATES, round_updates, topology_hash
@@ -193,8 +194,16 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "exposed_reduction": er, "exposed_reduction_ci95": er_ci,
             "violations": sum(base[s]["violations"] + seeds[s]["violations"] for s in paired),
             "warnings": sum(bool(base[s]["warnings"]) + bool(seeds[s]["warnings"]) for s in paired),
+            "beyond_deployed": any(beyond_deployed(seeds[s]) for s in paired),
         })
     return out
+
+
+def beyond_deployed(run: dict[str, Any]) -> bool:
+    """Whether ``run`` (a row of ``runs.csv``) applied the deployed mechanisms to more than one
+    learner, which ``enable()`` refuses today: the simulator's validity warning
+    (:data:`conduit.sim.deployed.MULTI_LEARNER_WARNING`) is among its warnings."""
+    return MULTI_LEARNER_WARNING in run["warnings"]
 
 
 def _pct(x: float, ci: float | None = None) -> str:
@@ -210,15 +219,19 @@ def _ms(x: float) -> str:
     return f"{1e3 * x:,.1f}" if x < 100 else f"{x:,.1f} s"
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """The paper table in markdown: changes are signed (a reduction is negative, as published)."""
+def format_table(rows: list[dict[str, Any]], headline: bool = True) -> str:
+    """The paper table in markdown: changes are signed (a reduction is negative, as published).
+    ``headline``: the headline policy's rows only (a dagger marks a row beyond the deployed runtime);
+    otherwise the design targets' rows only, which never share a table with the headline."""
     lines = [("| algorithm | GPUs | policy | iteration stock → policy (ms) | iteration change (95% CI) | "
              "exposed stock → policy (ms) | exposed change (95% CI) | stock share | seeds | violations |"),
              "| --- | ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
     for r in rows:
-        name = r["policy"] if r["label"] == "headline" else f"{r['policy']} *(design target)*"
+        if (r["label"] == "headline") != headline:
+            continue
+        mark = " †" if r.get("beyond_deployed") and str(r["beyond_deployed"]) not in ("False", "0") else ""
         lines.append(
-            f"| {r['algorithm']} | {r['gpus']:,} | {name} | {_ms(r['stock_iteration_s'])} → {_ms(r['policy_iteration_s'])} | "
+            f"| {r['algorithm']} | {r['gpus']:,}{mark} | {r['policy']} | {_ms(r['stock_iteration_s'])} → {_ms(r['policy_iteration_s'])} | "
             f"{_pct(r['iteration_reduction'], r['iteration_reduction_ci95'])} | "
             f"{_ms(r['stock_exposed_s'])} → {_ms(r['policy_exposed_s'])} | "
             f"{_pct(r['exposed_reduction'], r['exposed_reduction_ci95'])} | {100 * r['stock_share']:.1f}% | "
@@ -301,57 +314,103 @@ def _git_commit() -> str:
     return commit + ("+dirty" if dirty else "")
 
 
+def read_before_citing(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+    """The caveats a reader must see before citing a figure of ``rows``, each from the data: what is
+    simulated, which headline rows extrapolate beyond the deployed runtime (more than one learner),
+    which are dominated by the stock model's serial driver work, and what the design target is."""
+    head = [r for r in rows if r["label"] == "headline"]
+    beyond = [r for r in head if r.get("beyond_deployed")]
+    within = [r for r in head if not r.get("beyond_deployed")]
+    dominated = [r for r in head if r["stock_share"] > 0.9]
+    warned = [r for r in runs if r["warnings"]]
+    kinds = sorted({w.split(":")[0] for r in warned for w in r["warnings"].split(" | ")})
+    out = [
+        ("- **Simulated.** The stock side is RLlib 2.60's code path with costs from microbenchmarks of primitives "
+        "(`conduit/sim/params.py`); the `conduit` side is Conduit as `enable()` deploys it "
+        "(`conduit/sim/deployed.py`) with the plane's costs measured by `conduit calibrate --plane-json` on a "
+        "2-core CPU machine. Every GPU cluster here is beyond the calibrated points; the out-of-sample error "
+        "of the simulator is reported by `studies/validation.py`, not here."),
+    ]
+    if beyond:
+        out.append(
+            "- **Beyond the deployed runtime (†).** `enable()` refuses `num_learners > 1` today. "
+            f"{len(beyond)} of {len(head)} headline rows have more than one learner ("
+            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs" for r in beyond)
+            + "): the simulator applies the deployed mechanisms per learner (one plane actor per learner node), "
+            "what the runtime would do once it feeds each learner its own batch. Every such run carries that "
+            "validity warning (`runs.csv`); these rows are an extrapolation, not a model of software that runs "
+            "today." + (" Rows within the deployed runtime (one learner): "
+                        + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs" for r in within) + "."
+                        if within else " No row is within the deployed runtime."))
+    if dominated:
+        out.append(
+            "- **Dominated by the stock model.** Cells whose stock experience share exceeds 90% ("
+            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs, {100 * r['stock_share']:.0f}%" for r in dominated)
+            + ") are dominated by the stock model's serial driver work; their reductions are bounded by that "
+            "model, which no measurement at that scale confirms.")
+    targets = sorted({r["policy"] for r in rows if r["label"] != "headline"})
+    if targets:
+        out.append(
+            f"- **Design target.** {', '.join(f'`{t}`' for t in targets)} is the idealised Conduit (no driver loop, "
+            "free plane calls, batches in HBM): not deployed, shown only in its own table below, never the headline.")
+    out.append(f"- {len(warned)} of {len(runs)} runs carry warnings ({', '.join(kinds) or 'none'}); "
+               "every warning is in `runs.csv`.")
+    return out
+
+
 def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any]], provenance: dict[str, Any],
                  args: argparse.Namespace, wall_s: float) -> None:
     weak = where_it_does_not_help(rows)
-    dominated = [r for r in rows if r["label"] == "headline" and r["stock_share"] > 0.9]
-    warned = [r for r in runs if r["warnings"]]
-    kinds = sorted({w.split(":")[0] for r in warned for w in r["warnings"].split(" | ")})
+    seeds_per_gpus = {}
+    for r in rows:
+        if r["label"] == "headline":
+            seeds_per_gpus.setdefault(r["gpus"], set()).add(r["seeds"])
+    fewer = {g: max(s) for g, s in seeds_per_gpus.items() if max(s) < len(provenance["seeds"])}
+    has_target = any(r["label"] != "headline" for r in rows)
     text = [
-        "# The paper table, against the faithful stock model",
+        "# The paper table: Conduit as deployed against the faithful stock model",
         "",
         f"`python studies/paper_table.py {' '.join(args.argv)}`".replace(" `", "`"),
         "",
-        ("Change of `conduit` against `rllib-stock` (negative: lower than stock), mean over seeds of the "
-        "per-seed paired ratio, with the half-width of its 95% Student-t interval. Iteration time and exposed "
-        "experience-path latency as defined in `/work/shared/DESIGN.md`; means over each run's steady-state "
-        f"window ({MIN_ROUNDS} rounds of the algorithm after warm-up, `conduit/sim/provenance.py`)."),
+        ("Change of `conduit` (Conduit as `enable()` deploys it) against `rllib-stock` (negative: lower than "
+        "stock), mean over seeds of the per-seed paired ratio, with the half-width of its 95% Student-t interval. "
+        "Iteration time and exposed experience-path latency as defined in `/work/shared/DESIGN.md`; means over "
+        f"each run's steady-state window ({MIN_ROUNDS} rounds of the algorithm after warm-up, "
+        "`conduit/sim/provenance.py`). † marks a row beyond the deployed runtime (more than one learner, which "
+        "`enable()` refuses today): read the section below before citing it."),
         "",
         format_table(rows),
         "",
+        *([("Seeds: " + ", ".join(f"{g:,} GPUs {n} seed(s)" for g, n in sorted(fewer.items()))
+            + f" (the other scales {len(provenance['seeds'])}); a single seed has no interval."), ""]
+          if fewer else []),
         "## Next to the published figures",
         "",
         published_comparison(rows),
         "",
         "## Read before citing",
         "",
-        "These are simulated figures. Every run extrapolates beyond the points the stock costs were fitted "
-        "on (2-core CPU machine; the validity warnings are in `runs.csv`), and the out-of-sample error of "
-        "the simulator is reported by `studies/validation.py`, not here. "
-        + (("Cells whose stock experience share exceeds 90% ("
-            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs, {100 * r['stock_share']:.0f}%" for r in dominated)
-            + ") are dominated by the stock model's serial driver work; their reductions are bounded by that "
-            "model, which no measurement at that scale confirms.") if dominated else ""),
+        *read_before_citing(rows, runs),
         "",
         "## Where Conduit does not help (iteration time less than 5% lower)",
         "",
         *([f"- {line}" for line in weak] or ["- every cell gains at least 5%"]),
         "",
+        *(["## Design target (not deployed, not the headline)", "",
+           "The idealised Conduit the runtime does not yet implement, against the same stock runs:", "",
+           format_table(rows, headline=False), ""] if has_target else []),
         "## Provenance",
         "",
         f"- project version {provenance['project_version']}, git commit `{provenance['git_commit']}`",
         f"- stock costs: {provenance['stock_costs']['source']}",
         f"- policies: baseline `{BASELINE}`, headline `{HEADLINE}` (whatever the registry holds under that name "
-        "at the commit above; its simulated route is in `conduit/sim/{ppo,appo,dqn,direct}.py`)"
+        "at the commit above: Conduit as `enable()` deploys it, `conduit/sim/deployed.py`)"
         + (f", design targets {', '.join(provenance['design_targets'])}" if provenance["design_targets"] else
            ", no design-target variant registered"),
         "- topologies (SHA-256 of devices and links): "
         + ", ".join(f"`{k}` {v[:12]}" for k, v in provenance["topologies"].items()),
-        (f"- seeds {', '.join(str(s) for s in args.seeds)}; {len(runs)} runs, {wall_s:.0f} s of wall time; "
-        f"every run's provenance block is in `provenance.json`"),
-        (f"- {len(warned)} of {len(runs)} runs carry warnings ({', '.join(kinds) or 'none'}): "
-        "the stock costs were fitted on a 2-core CPU machine, so every GPU cluster extrapolates; the "
-        "warnings are in `runs.csv`."),
+        (f"- seeds {', '.join(str(s) for s in args.seeds)}; {len(runs)} runs, {wall_s:.0f} s of simulation wall "
+        "time; every run's provenance block is in `provenance.json`"),
         "",
     ]
     (out / "paper_table.md").write_text("\n".join(text))
