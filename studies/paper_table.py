@@ -43,7 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,21 +127,45 @@ class Cell:
     workload: Workload
 
 
+#: how many times a run whose window still trends is rerun, each time twice as long
+MAX_EXTEND = 3
+#: the steady-state check's warning (``conduit/sim/provenance.py``)
+NOT_STEADY = "not steady"
+
+
+def not_steady(result: SimResult) -> bool:
+    """Whether ``result``'s steady-state check found a trend in its window."""
+    return any(w.startswith(NOT_STEADY) for w in result.steady_state.get("warnings", []))
+
+
+def run_steady(run: Callable[[int], SimResult], iterations: int, extend: int = MAX_EXTEND) -> tuple[SimResult, int]:
+    """``run(iterations)``, rerun with twice the iterations while its window still trends, at most
+    ``extend`` times: the result and how many times it was extended. A run still trending after that
+    keeps its warning (its mean depends on the run's length: the queues grow without bound)."""
+    result = run(iterations)
+    extended = 0
+    while extended < extend and not_steady(result):
+        iterations *= 2
+        extended += 1
+        result = run(iterations)
+    return result, extended
+
+
 def run_one(cell: Cell, policy: str, seed: int, stock: StockCosts | None, stock_source: str | None,
-            rounds: int = MIN_ROUNDS) -> SimResult:
-    """One steady-state run of ``policy`` on ``cell``; asserts zero audit violations."""
+            rounds: int = MIN_ROUNDS, extend: int = MAX_EXTEND) -> tuple[SimResult, int]:
+    """One steady-state run of ``policy`` on ``cell`` (:func:`run_steady`); asserts zero audit
+    violations."""
     def make(iterations: int) -> Simulation:
         return Simulation(cell.topology, cell.workload, create_policy(policy), iterations=iterations, seed=seed,
                           stock=stock, stock_source=stock_source)
 
-    iterations = steady_iterations(make(1), rounds)
-    result = make(iterations).run()
+    result, extended = run_steady(lambda n: make(n).run(), steady_iterations(make(1), rounds), extend)
     assert result.audit.violations == 0, (
         f"{cell.algorithm} at {cell.gpus} GPUs, {policy}, seed {seed}: {result.audit.violations} audit violation(s)")
-    return result
+    return result, extended
 
 
-def run_row(cell: Cell, policy: str, seed: int, result: SimResult, wall_s: float) -> dict[str, Any]:
+def run_row(cell: Cell, policy: str, seed: int, result: SimResult, wall_s: float, extended: int = 0) -> dict[str, Any]:
     m = result.metrics
     return {"algorithm": cell.algorithm, "workload": cell.workload.name, "gpus": cell.gpus,
             "topology": cell.topology.name, "policy": result.policy.name, "seed": seed,
@@ -149,7 +173,8 @@ def run_row(cell: Cell, policy: str, seed: int, result: SimResult, wall_s: float
             "rounds_measured": result.steady_state.get("rounds_measured"),
             "iteration_time_s": m["iteration_time_s"], "exposed_experience_path_s": m["exposed_experience_path_s"],
             "experience_share": m["experience_share"], "violations": int(result.audit.violations),
-            "sim_wall_s": wall_s, "warnings": " | ".join(result.warnings)}
+            "sim_wall_s": wall_s, "extended": extended, "not_steady": not_steady(result),
+            "warnings": " | ".join(result.warnings)}
 
 
 def _ratio(num: float, den: float) -> float:
@@ -195,8 +220,14 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "violations": sum(base[s]["violations"] + seeds[s]["violations"] for s in paired),
             "warnings": sum(bool(base[s]["warnings"]) + bool(seeds[s]["warnings"]) for s in paired),
             "beyond_deployed": any(beyond_deployed(seeds[s]) for s in paired),
+            "not_steady": sum(_flag(base[s].get("not_steady")) + _flag(seeds[s].get("not_steady")) for s in paired),
         })
     return out
+
+
+def _flag(value: Any) -> bool:
+    """A boolean column of ``runs.csv``, typed (``True``/``"True"``) or absent (``None``: false)."""
+    return value is True or str(value) == "True"
 
 
 def beyond_deployed(run: dict[str, Any]) -> bool:
@@ -229,7 +260,7 @@ def format_table(rows: list[dict[str, Any]], headline: bool = True) -> str:
     for r in rows:
         if (r["label"] == "headline") != headline:
             continue
-        mark = " †" if r.get("beyond_deployed") and str(r["beyond_deployed"]) not in ("False", "0") else ""
+        mark = (" †" if _flag(r.get("beyond_deployed")) else "") + (" ‡" if r.get("not_steady") else "")
         lines.append(
             f"| {r['algorithm']} | {r['gpus']:,}{mark} | {r['policy']} | {_ms(r['stock_iteration_s'])} → {_ms(r['policy_iteration_s'])} | "
             f"{_pct(r['iteration_reduction'], r['iteration_reduction_ci95'])} | "
@@ -259,8 +290,9 @@ def published_comparison(rows: list[dict[str, Any]]) -> str:
 
 def where_it_does_not_help(rows: list[dict[str, Any]], threshold: float = 0.05) -> list[str]:
     """Cells where the headline policy cuts iteration time by less than ``threshold``."""
-    return [f"{r['algorithm']} at {r['gpus']:,} GPUs: iteration {_pct(r['iteration_reduction'])} "
-            f"(stock share {100 * r['stock_share']:.1f}%)"
+    return [f"{r['algorithm']} at {r['gpus']:,} GPUs: iteration {_pct(r['iteration_reduction'])}"
+            + (" (slower than stock)" if r["iteration_reduction"] < 0 else "")
+            + f" (stock share {100 * r['stock_share']:.1f}%)"
             for r in rows if r["label"] == "headline" and r["iteration_reduction"] < threshold]
 
 
@@ -323,7 +355,8 @@ def read_before_citing(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -
     within = [r for r in head if not r.get("beyond_deployed")]
     dominated = [r for r in head if r["stock_share"] > 0.9]
     warned = [r for r in runs if r["warnings"]]
-    kinds = sorted({w.split(":")[0] for r in warned for w in r["warnings"].split(" | ")})
+    kinds = sorted({"num_learners > 1 beyond the deployed runtime" if w == MULTI_LEARNER_WARNING else w.split(":")[0]
+                    for r in warned for w in r["warnings"].split(" | ")})
     out = [
         ("- **Simulated.** The stock side is RLlib 2.60's code path with costs from microbenchmarks of primitives "
         "(`conduit/sim/params.py`); the `conduit` side is Conduit as `enable()` deploys it "
@@ -342,6 +375,14 @@ def read_before_citing(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -
             "today." + (" Rows within the deployed runtime (one learner): "
                         + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs" for r in within) + "."
                         if within else " No row is within the deployed runtime."))
+    unsteady = [r for r in rows if r.get("not_steady")]
+    if unsteady:
+        out.append(
+            "- **Not steady (‡).** In these cells a run's iteration time still trended after the run was doubled "
+            f"{MAX_EXTEND} times (`not steady` in `runs.csv`; a queue that grows without bound): its mean depends "
+            "on the run's length, so the change is not a steady-state figure: "
+            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs ({r['policy']}: {r['not_steady']} of "
+                        f"{2 * r['seeds']} runs)" for r in unsteady) + ".")
     if dominated:
         out.append(
             "- **Dominated by the stock model.** Cells whose stock experience share exceeds 90% ("
@@ -376,8 +417,9 @@ def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any
         "stock), mean over seeds of the per-seed paired ratio, with the half-width of its 95% Student-t interval. "
         "Iteration time and exposed experience-path latency as defined in `/work/shared/DESIGN.md`; means over "
         f"each run's steady-state window ({MIN_ROUNDS} rounds of the algorithm after warm-up, "
-        "`conduit/sim/provenance.py`). † marks a row beyond the deployed runtime (more than one learner, which "
-        "`enable()` refuses today): read the section below before citing it."),
+        "`conduit/sim/provenance.py`; a run whose window still trends is rerun twice as long, at most "
+        f"{MAX_EXTEND} times). † marks a row beyond the deployed runtime (more than one learner, which "
+        "`enable()` refuses today), ‡ a row not in steady state: read the section below before citing either."),
         "",
         format_table(rows),
         "",
@@ -421,7 +463,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         path.write_text("")
         return
     with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)
 
@@ -444,6 +486,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stock-costs", default=None, help="stock cost file (YAML/JSON of StockCosts fields)")
     parser.add_argument("--out", type=Path, default=Path("results/paper_table"))
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--extend", type=int, default=MAX_EXTEND, metavar="N",
+                        help=f"rerun a run whose window still trends with twice the iterations, at most N times "
+                             f"(default {MAX_EXTEND})")
     parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
                         help="write one table from earlier outputs (their runs.csv and provenance.json), run nothing")
     args = parser.parse_args(argv)
@@ -453,6 +498,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.seeds = args.seeds or list(QUICK_SEEDS if args.quick else DEFAULT_SEEDS)
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         parser.error("--seeds: distinct non-negative integers")
+    if args.extend < 0:
+        parser.error("--extend must be >= 0")
     return args
 
 
@@ -483,6 +530,10 @@ def read_runs(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 row[k] = int(row[k])
             for k in _FLOAT_COLUMNS:
                 row[k] = float(row[k])
+            # columns added later (runs written before them: never extended; the warning says "not steady")
+            row["extended"] = int(row.get("extended") or 0)
+            row["not_steady"] = any(w.startswith(NOT_STEADY) for w in row["warnings"].split(" | "))
+            row["warnings"] = row.pop("warnings")  # kept last, as run_row writes it
             runs.append(row)
     return runs, json.loads((directory / "provenance.json").read_text())
 
@@ -549,8 +600,8 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             for policy in policies:
                 t0 = time.perf_counter()
-                result = run_one(cell, policy, seed, stock, stock_source)
-                row = run_row(cell, policy, seed, result, time.perf_counter() - t0)
+                result, extended = run_one(cell, policy, seed, stock, stock_source, extend=args.extend)
+                row = run_row(cell, policy, seed, result, time.perf_counter() - t0, extended)
                 runs.append(row)
                 run_provenance.append({"algorithm": cell.algorithm, "gpus": cell.gpus, "policy": policy,
                                        "seed": seed, "provenance": result.provenance,
