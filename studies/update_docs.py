@@ -113,6 +113,11 @@ def _pct(x: float, ci: float | None = None) -> str:
     return text
 
 
+def _change(row: dict[str, str], key: str) -> str:
+    """``row[key]`` (a reduction) with its 95% interval, as :func:`_pct` writes it."""
+    return _pct(_float(row, key, PAPER_CSV), _float(row, key + "_ci95", PAPER_CSV))
+
+
 # -------------------------------------------------------------------------------------- quickstart
 QUICKSTART_CSV = "results/quickstart.csv"
 QUICKSTART_COMMAND = "make demo"
@@ -159,7 +164,7 @@ PAPER_CSV = "results/paper_table/paper_table.csv"
 PAPER_COMMAND = "python studies/paper_table.py"
 _PAPER_COLUMNS = ("algorithm", "gpus", "policy", "label", "seeds", "stock_share", "iteration_reduction",
                   "iteration_reduction_ci95", "exposed_reduction", "exposed_reduction_ci95", "violations",
-                  "beyond_deployed")
+                  "beyond_deployed", "not_steady")
 
 
 def render_paper_table(root: Path) -> str:
@@ -177,7 +182,8 @@ def render_paper_table(root: Path) -> str:
     seeds = sorted({int(_float(r, "seeds", where)) for r in head})
     out = [(f"`{HEADLINE}` (Conduit as `enable()` deploys it) against `{BASELINE}` (stock RLlib 2.60 as its code "
            f"runs), simulated; change of the mean over seeds of the per-seed ratio, ± the 95% interval's "
-           f"half-width ({'/'.join(str(s) for s in seeds)} seeds per cell; `{PAPER_COMMAND}` writes "
+           f"half-width ({' to '.join(str(s) for s in (seeds[0], seeds[-1]) if len(seeds) > 1 or s == seeds[0])} "
+           f"seed(s) per cell, column *seeds*; `{PAPER_COMMAND}` writes "
            f"`{PAPER_CSV}`; the full report is `results/paper_table/paper_table.md`):"), "",
            "| algorithm | GPUs | iteration change | exposed-latency change | stock experience share | seeds |",
            "|---|---:|---|---|---:|---:|"]
@@ -207,9 +213,21 @@ def render_paper_table(root: Path) -> str:
                f"{best_it['_gpus']:,} GPUs); largest scale run: {top:,} GPUs.")
     weak = [r for r in head if _float(r, "iteration_reduction", where) < NO_HELP]
     if weak:
-        out += ["", f"No help (iteration less than {100 * NO_HELP:.0f}% lower): "
+        out += ["", f"**Where Conduit does not help** (iteration less than {100 * NO_HELP:.0f}% lower; positive: "
+                "slower than stock): "
                 + ", ".join(f"{r['algorithm']} at {r['_gpus']:,} GPUs "
                             f"({_pct(_float(r, 'iteration_reduction', where))})" for r in weak) + "."]
+    unsure = [r for r in head if r not in weak and not math.isnan(_float(r, "iteration_reduction_ci95", where))
+              and _float(r, "iteration_reduction", where) - _float(r, "iteration_reduction_ci95", where) < NO_HELP]
+    if unsure:
+        out += ["", "Not distinguishable from no help (the 95% interval reaches below a "
+                f"{100 * NO_HELP:.0f}% gain): "
+                + ", ".join(f"{r['algorithm']} at {r['_gpus']:,} GPUs ({_change(r, 'iteration_reduction')})"
+                            for r in unsure) + "."]
+    unsteady = [r for r in head if _float(r, "not_steady", where) > 0]
+    if unsteady:
+        out += ["", "Not in steady state after the run was doubled three times (the mean depends on the run's "
+                "length): " + ", ".join(f"{r['algorithm']} at {r['_gpus']:,} GPUs" for r in unsteady) + "."]
     target = sorted((r for r in rows if r["policy"] == DESIGN_TARGET), key=lambda r: (_order(r["algorithm"]), r["_gpus"]))
     if target:
         out += ["", f"Design target, not deployed and never the headline (`{DESIGN_TARGET}`: no driver loop, free "

@@ -39,7 +39,7 @@ _plain_line = st.text(st.characters(blacklist_categories=("Cs",), blacklist_char
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.lists(_plain_line, max_size=4), min_size=1, max_size=5),
+@given(st.lists(st.lists(_plain_line, min_size=1, max_size=4), min_size=1, max_size=5),
        st.lists(st.lists(_plain_line, max_size=3), min_size=4, max_size=4))
 def test_fill_rewrites_only_the_blocks_and_is_idempotent(chunks, old_bodies):
     names = list(docs.BLOCKS)[:len(chunks) - 1]

@@ -64,6 +64,9 @@ def test_paper_table_quick_writes_its_schema_with_zero_violations(paper_out):
     for r in runs:
         assert int(r["violations"]) == 0
         assert "short window" not in r["warnings"]  # every window holds MIN_ROUNDS rounds
+        # a run still trending was extended as far as allowed, and is flagged
+        assert r["not_steady"] == str(any(w.startswith("not steady") for w in r["warnings"].split(" | ")))
+        assert r["not_steady"] == "False" or int(r["extended"]) == paper.MAX_EXTEND
         assert float(r["rounds_measured"]) >= MIN_ROUNDS
         assert float(r["iteration_time_s"]) > 0 and float(r["exposed_experience_path_s"]) >= 0
     table = _rows(paper_out / "paper_table.csv")
@@ -71,7 +74,7 @@ def test_paper_table_quick_writes_its_schema_with_zero_violations(paper_out):
                               "stock_iteration_s", "policy_iteration_s", "stock_exposed_s", "policy_exposed_s",
                               "stock_share", "policy_share", "iteration_reduction", "iteration_reduction_ci95",
                               "exposed_reduction", "exposed_reduction_ci95", "violations", "warnings",
-                              "beyond_deployed"]
+                              "beyond_deployed", "not_steady"]
     assert len(table) == len(paper.ALGORITHMS) * (len(policies) - 1)
     assert all(int(r["violations"]) == 0 and int(r["seeds"]) == len(paper.QUICK_SEEDS) for r in table)
     assert [r["label"] for r in table if r["policy"] == paper.HEADLINE] == ["headline"] * len(paper.ALGORITHMS)
