@@ -182,7 +182,7 @@ def render_paper_table(root: Path) -> str:
     seeds = sorted({int(_float(r, "seeds", where)) for r in head})
     out = [(f"`{HEADLINE}` (Conduit as `enable()` deploys it) against `{BASELINE}` (stock RLlib 2.60 as its code "
            f"runs), simulated; change of the mean over seeds of the per-seed ratio, ± the 95% interval's "
-           f"half-width ({' to '.join(str(s) for s in (seeds[0], seeds[-1]) if len(seeds) > 1 or s == seeds[0])} "
+           f"half-width ({seeds[0] if len(seeds) == 1 else f'{seeds[0]} to {seeds[-1]}'} "
            f"seed(s) per cell, column *seeds*; `{PAPER_COMMAND}` writes "
            f"`{PAPER_CSV}`; the full report is `results/paper_table/paper_table.md`):"), "",
            "| algorithm | GPUs | iteration change | exposed-latency change | stock experience share | seeds |",
