@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import statistics
@@ -344,8 +345,10 @@ def draw(rows: list[dict[str, Any]]):
     return fig
 
 
+@functools.cache
 def _git_commit() -> str:
-    """HEAD's commit, marked ``+dirty`` when tracked files under ``conduit/`` or ``studies/`` differ from it."""
+    """HEAD's commit, marked ``+dirty`` when tracked files under ``conduit/`` or ``studies/`` differ from it;
+    read once, when the study starts (a commit made while it runs is not the code it runs)."""
     here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
@@ -597,6 +600,7 @@ def write_outputs(args: argparse.Namespace, runs: list[dict[str, Any]], provenan
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    _git_commit()  # the code this run starts with
     if args.merge:
         runs, provenance = merge(args.merge)
         args.seeds = provenance["seeds"]
