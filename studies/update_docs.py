@@ -224,6 +224,10 @@ def render_paper_table(root: Path) -> str:
                 f"{100 * NO_HELP:.0f}% gain): "
                 + ", ".join(f"{r['algorithm']} at {r['_gpus']:,} GPUs ({_change(r, 'iteration_reduction')})"
                             for r in unsure) + "."]
+    dominated = [r for r in head if _float(r, "stock_share", where) > 0.9]
+    if dominated:
+        out += ["", "Stock experience share above 90% (the reduction rests on the stock model's costs at a scale no "
+                "measurement confirms): " + ", ".join(f"{r['algorithm']} at {r['_gpus']:,} GPUs" for r in dominated) + "."]
     unsteady = [r for r in head if _float(r, "not_steady", where) > 0]
     if unsteady:
         out += ["", "Not in steady state after the run was doubled three times (the mean depends on the run's "
@@ -253,7 +257,7 @@ def render_sensitivity(root: Path) -> str:
     scales = sorted({int(_float(r, "gpus", where)) for r in rows})
     out = [(f"Conduit / stock iteration-time ratio over the sensitivity sweep (actor/learner ratio x observation "
            f"bytes on 8 GPUs; scale ({', '.join(f'{s:,}' for s in scales)} GPUs) x the stock model's RPC and "
-           f"serialisation costs), simulated, seed 0 (`{SENSITIVITY_COMMAND}` writes `{SENSITIVITY_CSV}`; "
+           f"serialisation costs), simulated, one seed (`{SENSITIVITY_COMMAND}` writes `{SENSITIVITY_CSV}`; "
            "heatmaps and the full list in `results/sensitivity/`):"), "",
            "| algorithm | cells | best ratio | worst ratio | cells with < 5% gain |", "|---|---:|---:|---:|---:|"]
     algorithms = sorted({r["algorithm"] for r in rows}, key=_order)
@@ -270,6 +274,19 @@ def render_sensitivity(root: Path) -> str:
             notes.append(f"- **{algorithm}**: no help in {len(weak)} of {len(cells)} cells "
                          f"({', '.join(planes)}).")
     out += ["", "Where Conduit does not help:", "", *(notes or ["- it gains at least 5% in every cell"])]
+    ratios = [_float(r, "iteration_ratio", where) for r in rows]
+    slower = [r for r, v in zip(rows, ratios, strict=True) if v > 1]
+    if slower:
+        worst = max(slower, key=lambda r: _float(r, "iteration_ratio", where))
+        out += ["", (f"Slower than stock (ratio above 1) in {len(slower)} of {len(rows)} cells; the worst, "
+                f"{_float(worst, 'iteration_ratio', where):.2f}x, is {worst['algorithm']} with {worst['x_name']}="
+                f"{worst['x']} and {worst['y_name']}={worst['y']} ({worst['plane']}).")]
+    if "not_steady" in rows[0]:
+        unsteady = [r for r in rows if _float(r, "not_steady", where) > 0]
+        if unsteady:
+            out += ["", "Not in steady state after the run was doubled three times (read as a trend): "
+                    + "; ".join(f"{r['algorithm']} {r['plane']} {r['x_name']}={r['x']}, {r['y_name']}={r['y']}"
+                                for r in unsteady) + "."]
     violations = sum(int(_float(r, "violations", where)) for r in rows)
     out += ["", f"Audit violations, all cells: {violations}."]
     return "\n".join(out)
