@@ -238,7 +238,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float) 
         elif weak:
             lines.append(f"- **{algorithm}**: less than {100 * NO_HELP:.0f}% in {len(weak)} of {len(cells)} cells: "
                          + "; ".join(f"{where(r)} (gain {100 * (1 - r['iteration_ratio']):+.1f}%)" for r in weak[:12])
-                         + (" ..." if len(weak) > 12 else ""))
+                         + (" ..." if len(weak) > 12 else "") + " " + _why(weak))
         else:
             lines.append(f"- {algorithm}: at least {100 * NO_HELP:.0f}% in every cell "
                          f"({100 * min(gains):.1f}% to {100 * max(gains):.1f}%).")
@@ -272,9 +272,9 @@ def _why(cells: list[dict[str, Any]]) -> str:
         worst = max(slower, key=lambda r: r["iteration_ratio"])
         return (f"Conduit is slower than stock in {len(slower)} of {len(cells)} cells, up to "
                 f"{worst['iteration_ratio']:.2f}x ({worst['plane']}: {worst['x_name']}={worst['x']:g}, "
-                f"{worst['y_name']}={worst['y']:g}): the deployed model charges every fragment a plane-actor "
-                "round trip and a copy into and out of the plane's host tiers on the node's CPUs, which stock's "
-                "reference passing does not pay.")
+                f"{worst['y_name']}={worst['y']:g}): there the deployed path's per-fragment work (a plane-actor "
+                "round trip and copies into and out of the plane's host tiers, on the node's CPUs: "
+                "`conduit/sim/deployed.py`) costs more than stock's path.")
     if max(shares) < 0.05:
         return (f"Stock's exposed latency is only {100 * min(shares):.1f}% to {100 * max(shares):.1f}% of an "
                 "iteration: the iteration is paced by work the experience path does not shorten (sampling or "
