@@ -310,37 +310,40 @@ def where_it_does_not_help(rows: list[dict[str, Any]], threshold: float = 0.05) 
 
 def draw(rows: list[dict[str, Any]]):
     """Two panels (exposed-latency change, iteration-time change) against GPUs, one line per
-    algorithm with 95% CI error bars, the published figures as dashed lines."""
+    algorithm with 95% CI error bars, the published figures as dashed lines: the headline policy in
+    the top row and, when there is one, the design target in a separate row below, never on the same
+    axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, key, title in ((axes[0], "exposed_reduction", "exposed experience-path latency"),
-                           (axes[1], "iteration_reduction", "iteration time")):
-        for algorithm in ALGORITHMS:
-            for policy_rows, style in ((
-                    [r for r in rows if r["algorithm"] == algorithm and r["label"] == "headline"], "-o"),
-                    ([r for r in rows if r["algorithm"] == algorithm and r["label"] != "headline"], ":x")):
-                if not policy_rows:
+    groups = [("headline", [r for r in rows if r["label"] == "headline"])]
+    target_rows = [r for r in rows if r["label"] != "headline"]
+    if target_rows:
+        groups.append(("design target, not deployed", target_rows))
+    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 4.2 * len(groups)), squeeze=False)
+    ticks = sorted({r["gpus"] for r in rows})
+    for (label, group), ax_row in zip(groups, axes, strict=True):
+        policy = group[0]["policy"] if group else HEADLINE
+        for ax, key, title in ((ax_row[0], "exposed_reduction", "exposed experience-path latency"),
+                               (ax_row[1], "iteration_reduction", "iteration time")):
+            for algorithm in ALGORITHMS:
+                mine = sorted((r for r in group if r["algorithm"] == algorithm), key=lambda r: r["gpus"])
+                if not mine:
                     continue
-                policy_rows.sort(key=lambda r: r["gpus"])
-                xs = [r["gpus"] for r in policy_rows]
-                ys = [-100 * r[key] for r in policy_rows]
-                err = [0.0 if math.isnan(r[key + "_ci95"]) else 100 * r[key + "_ci95"] for r in policy_rows]
-                label = algorithm if style == "-o" else f"{algorithm} ({policy_rows[0]['policy']}, design target)"
-                ax.errorbar(xs, ys, yerr=err, fmt=style, capsize=3, label=label)
-        ax.axhline(-100 * PUBLISHED[key], color="grey", linestyle="--",
-                   label=f"published {-100 * PUBLISHED[key]:.0f}% (1,024 GPUs)")
-        ax.axhline(0, color="black", linewidth=0.6)
-        ax.set_xscale("log", base=2)
-        ticks = sorted({r["gpus"] for r in rows})
-        ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel("change vs rllib-stock (%)")
-        ax.set_title(f"{title}: conduit vs rllib-stock")
-        ax.legend(fontsize=7)
+                err = [0.0 if math.isnan(r[key + "_ci95"]) else 100 * r[key + "_ci95"] for r in mine]
+                ax.errorbar([r["gpus"] for r in mine], [-100 * r[key] for r in mine], yerr=err,
+                            fmt="-o" if label == "headline" else ":x", capsize=3, label=algorithm)
+            ax.axhline(-100 * PUBLISHED[key], color="grey", linestyle="--",
+                       label=f"published {-100 * PUBLISHED[key]:.0f}% (1,024 GPUs)")
+            ax.axhline(0, color="black", linewidth=0.6)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+            ax.set_xlabel("GPUs")
+            ax.set_ylabel("change vs rllib-stock (%)")
+            ax.set_title(f"{title}: {policy} ({label}) vs rllib-stock", fontsize=9)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
@@ -418,6 +421,9 @@ def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any
     weak = where_it_does_not_help(rows)
     fewer = [r for r in rows if r["label"] == "headline" and r["seeds"] < len(provenance["seeds"])]
     has_target = any(r["label"] != "headline" for r in rows)
+    scales = sorted({r["gpus"] for r in rows})
+    missing = [f"{a} at {g:,} GPUs" for a in ALGORITHMS for g in scales
+               if not any(r["algorithm"] == a and r["gpus"] == g and r["label"] == "headline" for r in rows)]
     text = [
         "# The paper table: Conduit as deployed against the faithful stock model",
         "",
@@ -433,6 +439,8 @@ def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any
         "",
         format_table(rows),
         "",
+        *([f"Not in this table (not run, or stopped before the pair finished): {', '.join(missing)}.", ""]
+          if missing else []),
         *([("Fewer seeds than the others (time): " + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs {r['seeds']} "
                                                                  f"seed(s)" for r in fewer)
             + f"; the other rows {len(provenance['seeds'])}. A single seed has no interval."), ""]

@@ -187,6 +187,9 @@ def render_paper_table(root: Path) -> str:
            f"`{PAPER_CSV}`; the full report is `results/paper_table/paper_table.md`):"), "",
            "| algorithm | GPUs | iteration change | exposed-latency change | stock experience share | seeds |",
            "|---|---:|---|---|---:|---:|"]
+    scales = sorted({r["_gpus"] for r in head})
+    missing = [f"{a} at {g:,} GPUs" for a in sorted({r["algorithm"] for r in head}, key=_order) for g in scales
+               if not any(r["algorithm"] == a and r["_gpus"] == g for r in head)]
     beyond = []
     for r in head:
         mark = ""
@@ -198,6 +201,8 @@ def render_paper_table(root: Path) -> str:
                    f"{_pct(_float(r, 'exposed_reduction', where), _float(r, 'exposed_reduction_ci95', where))} | "
                    f"{100 * _float(r, 'stock_share', where):.1f}% | {int(_float(r, 'seeds', where))} |")
     out.append("")
+    if missing:
+        out += [f"Not in this table (not run, or stopped before the pair finished): {', '.join(missing)}.", ""]
     if beyond:
         out.append("† More than one learner: `enable()` refuses `num_learners > 1` today, so these rows apply the "
                    "deployed mechanisms per learner, an extrapolation beyond the deployed runtime (each run "
