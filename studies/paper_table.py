@@ -37,19 +37,21 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from conduit.registry import create_policy, policy_registry
 from conduit.sim.cost_file import resolve_stock_costs
+from conduit.sim.deployed import MULTI_LEARNER_WARNING
 from conduit.sim.engine import SimResult, Simulation
 from conduit.sim.params import StockCosts
 from conduit.sim.provenance import MIN_ROUNDS, TREND_MIN_UPDATES, round_updates, topology_hash
@@ -126,21 +128,45 @@ class Cell:
     workload: Workload
 
 
+#: how many times a run whose window still trends is rerun, each time twice as long
+MAX_EXTEND = 3
+#: the steady-state check's warning (``conduit/sim/provenance.py``)
+NOT_STEADY = "not steady"
+
+
+def not_steady(result: SimResult) -> bool:
+    """Whether ``result``'s steady-state check found a trend in its window."""
+    return any(w.startswith(NOT_STEADY) for w in result.steady_state.get("warnings", []))
+
+
+def run_steady(run: Callable[[int], SimResult], iterations: int, extend: int = MAX_EXTEND) -> tuple[SimResult, int]:
+    """``run(iterations)``, rerun with twice the iterations while its window still trends, at most
+    ``extend`` times: the result and how many times it was extended. A run still trending after that
+    keeps its warning (its mean depends on the run's length: the queues grow without bound)."""
+    result = run(iterations)
+    extended = 0
+    while extended < extend and not_steady(result):
+        iterations *= 2
+        extended += 1
+        result = run(iterations)
+    return result, extended
+
+
 def run_one(cell: Cell, policy: str, seed: int, stock: StockCosts | None, stock_source: str | None,
-            rounds: int = MIN_ROUNDS) -> SimResult:
-    """One steady-state run of ``policy`` on ``cell``; asserts zero audit violations."""
+            rounds: int = MIN_ROUNDS, extend: int = MAX_EXTEND) -> tuple[SimResult, int]:
+    """One steady-state run of ``policy`` on ``cell`` (:func:`run_steady`); asserts zero audit
+    violations."""
     def make(iterations: int) -> Simulation:
         return Simulation(cell.topology, cell.workload, create_policy(policy), iterations=iterations, seed=seed,
                           stock=stock, stock_source=stock_source)
 
-    iterations = steady_iterations(make(1), rounds)
-    result = make(iterations).run()
+    result, extended = run_steady(lambda n: make(n).run(), steady_iterations(make(1), rounds), extend)
     assert result.audit.violations == 0, (
         f"{cell.algorithm} at {cell.gpus} GPUs, {policy}, seed {seed}: {result.audit.violations} audit violation(s)")
-    return result
+    return result, extended
 
 
-def run_row(cell: Cell, policy: str, seed: int, result: SimResult, wall_s: float) -> dict[str, Any]:
+def run_row(cell: Cell, policy: str, seed: int, result: SimResult, wall_s: float, extended: int = 0) -> dict[str, Any]:
     m = result.metrics
     return {"algorithm": cell.algorithm, "workload": cell.workload.name, "gpus": cell.gpus,
             "topology": cell.topology.name, "policy": result.policy.name, "seed": seed,
@@ -148,7 +174,8 @@ def run_row(cell: Cell, policy: str, seed: int, result: SimResult, wall_s: float
             "rounds_measured": result.steady_state.get("rounds_measured"),
             "iteration_time_s": m["iteration_time_s"], "exposed_experience_path_s": m["exposed_experience_path_s"],
             "experience_share": m["experience_share"], "violations": int(result.audit.violations),
-            "sim_wall_s": wall_s, "warnings": " | ".join(result.warnings)}
+            "sim_wall_s": wall_s, "extended": extended, "not_steady": not_steady(result),
+            "warnings": " | ".join(result.warnings)}
 
 
 def _ratio(num: float, den: float) -> float:
@@ -193,8 +220,22 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "exposed_reduction": er, "exposed_reduction_ci95": er_ci,
             "violations": sum(base[s]["violations"] + seeds[s]["violations"] for s in paired),
             "warnings": sum(bool(base[s]["warnings"]) + bool(seeds[s]["warnings"]) for s in paired),
+            "beyond_deployed": any(beyond_deployed(seeds[s]) for s in paired),
+            "not_steady": sum(_flag(base[s].get("not_steady")) + _flag(seeds[s].get("not_steady")) for s in paired),
         })
     return out
+
+
+def _flag(value: Any) -> bool:
+    """A boolean column of ``runs.csv``, typed (``True``/``"True"``) or absent (``None``: false)."""
+    return value is True or str(value) == "True"
+
+
+def beyond_deployed(run: dict[str, Any]) -> bool:
+    """Whether ``run`` (a row of ``runs.csv``) applied the deployed mechanisms to more than one
+    learner, which ``enable()`` refuses today: the simulator's validity warning
+    (:data:`conduit.sim.deployed.MULTI_LEARNER_WARNING`) is among its warnings."""
+    return MULTI_LEARNER_WARNING in run["warnings"]
 
 
 def _pct(x: float, ci: float | None = None) -> str:
@@ -210,15 +251,19 @@ def _ms(x: float) -> str:
     return f"{1e3 * x:,.1f}" if x < 100 else f"{x:,.1f} s"
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """The paper table in markdown: changes are signed (a reduction is negative, as published)."""
+def format_table(rows: list[dict[str, Any]], headline: bool = True) -> str:
+    """The paper table in markdown: changes are signed (a reduction is negative, as published).
+    ``headline``: the headline policy's rows only (a dagger marks a row beyond the deployed runtime);
+    otherwise the design targets' rows only, which never share a table with the headline."""
     lines = [("| algorithm | GPUs | policy | iteration stock → policy (ms) | iteration change (95% CI) | "
              "exposed stock → policy (ms) | exposed change (95% CI) | stock share | seeds | violations |"),
              "| --- | ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
     for r in rows:
-        name = r["policy"] if r["label"] == "headline" else f"{r['policy']} *(design target)*"
+        if (r["label"] == "headline") != headline:
+            continue
+        mark = (" †" if _flag(r.get("beyond_deployed")) else "") + (" ‡" if r.get("not_steady") else "")
         lines.append(
-            f"| {r['algorithm']} | {r['gpus']:,} | {name} | {_ms(r['stock_iteration_s'])} → {_ms(r['policy_iteration_s'])} | "
+            f"| {r['algorithm']} | {r['gpus']:,}{mark} | {r['policy']} | {_ms(r['stock_iteration_s'])} → {_ms(r['policy_iteration_s'])} | "
             f"{_pct(r['iteration_reduction'], r['iteration_reduction_ci95'])} | "
             f"{_ms(r['stock_exposed_s'])} → {_ms(r['policy_exposed_s'])} | "
             f"{_pct(r['exposed_reduction'], r['exposed_reduction_ci95'])} | {100 * r['stock_share']:.1f}% | "
@@ -245,51 +290,68 @@ def published_comparison(rows: list[dict[str, Any]]) -> str:
 
 
 def where_it_does_not_help(rows: list[dict[str, Any]], threshold: float = 0.05) -> list[str]:
-    """Cells where the headline policy cuts iteration time by less than ``threshold``."""
-    return [f"{r['algorithm']} at {r['gpus']:,} GPUs: iteration {_pct(r['iteration_reduction'])} "
-            f"(stock share {100 * r['stock_share']:.1f}%)"
-            for r in rows if r["label"] == "headline" and r["iteration_reduction"] < threshold]
+    """Cells where the headline policy cuts iteration time by less than ``threshold``, and cells
+    whose mean clears it but whose 95% interval reaches below it (not distinguishable from no help)."""
+    out = []
+    for r in rows:
+        if r["label"] != "headline":
+            continue
+        ci = r["iteration_reduction_ci95"]
+        if r["iteration_reduction"] < threshold:
+            out.append(f"{r['algorithm']} at {r['gpus']:,} GPUs: iteration {_pct(r['iteration_reduction'])}"
+                       + (" (slower than stock)" if r["iteration_reduction"] < 0 else "")
+                       + f" (stock share {100 * r['stock_share']:.1f}%)")
+        elif not math.isnan(ci) and r["iteration_reduction"] - ci < threshold:
+            out.append(f"{r['algorithm']} at {r['gpus']:,} GPUs: iteration {_pct(r['iteration_reduction'], ci)}: "
+                       f"the 95% interval reaches below a {100 * threshold:.0f}% gain, so no help cannot be ruled "
+                       f"out (stock share {100 * r['stock_share']:.1f}%)")
+    return out
 
 
 def draw(rows: list[dict[str, Any]]):
     """Two panels (exposed-latency change, iteration-time change) against GPUs, one line per
-    algorithm with 95% CI error bars, the published figures as dashed lines."""
+    algorithm with 95% CI error bars, the published figures as dashed lines: the headline policy in
+    the top row and, when there is one, the design target in a separate row below, never on the same
+    axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, key, title in ((axes[0], "exposed_reduction", "exposed experience-path latency"),
-                           (axes[1], "iteration_reduction", "iteration time")):
-        for algorithm in ALGORITHMS:
-            for policy_rows, style in ((
-                    [r for r in rows if r["algorithm"] == algorithm and r["label"] == "headline"], "-o"),
-                    ([r for r in rows if r["algorithm"] == algorithm and r["label"] != "headline"], ":x")):
-                if not policy_rows:
+    groups = [("headline", [r for r in rows if r["label"] == "headline"])]
+    target_rows = [r for r in rows if r["label"] != "headline"]
+    if target_rows:
+        groups.append(("design target, not deployed", target_rows))
+    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 4.2 * len(groups)), squeeze=False)
+    ticks = sorted({r["gpus"] for r in rows})
+    for (label, group), ax_row in zip(groups, axes, strict=True):
+        policy = group[0]["policy"] if group else HEADLINE
+        for ax, key, title in ((ax_row[0], "exposed_reduction", "exposed experience-path latency"),
+                               (ax_row[1], "iteration_reduction", "iteration time")):
+            for algorithm in ALGORITHMS:
+                mine = sorted((r for r in group if r["algorithm"] == algorithm), key=lambda r: r["gpus"])
+                if not mine:
                     continue
-                policy_rows.sort(key=lambda r: r["gpus"])
-                xs = [r["gpus"] for r in policy_rows]
-                ys = [-100 * r[key] for r in policy_rows]
-                err = [0.0 if math.isnan(r[key + "_ci95"]) else 100 * r[key + "_ci95"] for r in policy_rows]
-                label = algorithm if style == "-o" else f"{algorithm} ({policy_rows[0]['policy']}, design target)"
-                ax.errorbar(xs, ys, yerr=err, fmt=style, capsize=3, label=label)
-        ax.axhline(-100 * PUBLISHED[key], color="grey", linestyle="--",
-                   label=f"published {-100 * PUBLISHED[key]:.0f}% (1,024 GPUs)")
-        ax.axhline(0, color="black", linewidth=0.6)
-        ax.set_xscale("log", base=2)
-        ticks = sorted({r["gpus"] for r in rows})
-        ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel("change vs rllib-stock (%)")
-        ax.set_title(f"{title}: conduit vs rllib-stock")
-        ax.legend(fontsize=7)
+                err = [0.0 if math.isnan(r[key + "_ci95"]) else 100 * r[key + "_ci95"] for r in mine]
+                ax.errorbar([r["gpus"] for r in mine], [-100 * r[key] for r in mine], yerr=err,
+                            fmt="-o" if label == "headline" else ":x", capsize=3, label=algorithm)
+            ax.axhline(-100 * PUBLISHED[key], color="grey", linestyle="--",
+                       label=f"published {-100 * PUBLISHED[key]:.0f}% (1,024 GPUs)")
+            ax.axhline(0, color="black", linewidth=0.6)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+            ax.set_xlabel("GPUs")
+            ax.set_ylabel("change vs rllib-stock (%)")
+            ax.set_title(f"{title}: {policy} ({label}) vs rllib-stock", fontsize=9)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
+@functools.cache
 def _git_commit() -> str:
-    """HEAD's commit, marked ``+dirty`` when tracked files under ``conduit/`` or ``studies/`` differ from it."""
+    """HEAD's commit, marked ``+dirty`` when tracked files under ``conduit/`` or ``studies/`` differ from it;
+    read once, when the study starts (a commit made while it runs is not the code it runs)."""
     here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
@@ -301,57 +363,115 @@ def _git_commit() -> str:
     return commit + ("+dirty" if dirty else "")
 
 
+def read_before_citing(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+    """The caveats a reader must see before citing a figure of ``rows``, each from the data: what is
+    simulated, which headline rows extrapolate beyond the deployed runtime (more than one learner),
+    which are dominated by the stock model's serial driver work, and what the design target is."""
+    head = [r for r in rows if r["label"] == "headline"]
+    beyond = [r for r in head if r.get("beyond_deployed")]
+    within = [r for r in head if not r.get("beyond_deployed")]
+    dominated = [r for r in head if r["stock_share"] > 0.9]
+    warned = [r for r in runs if r["warnings"]]
+    kinds = sorted({"num_learners > 1 beyond the deployed runtime" if w == MULTI_LEARNER_WARNING else w.split(":")[0]
+                    for r in warned for w in r["warnings"].split(" | ")})
+    out = [
+        ("- **Simulated.** The stock side is RLlib 2.60's code path with costs from microbenchmarks of primitives "
+        "(`conduit/sim/params.py`); the `conduit` side is Conduit as `enable()` deploys it "
+        "(`conduit/sim/deployed.py`) with the plane's costs measured by `conduit calibrate --plane-json` on a "
+        "2-core CPU machine. Every GPU cluster here is beyond the calibrated points; the out-of-sample error "
+        "of the simulator is reported by `studies/validation.py`, not here."),
+    ]
+    if beyond:
+        out.append(
+            "- **Beyond the deployed runtime (†).** `enable()` refuses `num_learners > 1` today. "
+            f"{len(beyond)} of {len(head)} headline rows have more than one learner ("
+            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs" for r in beyond)
+            + "): the simulator applies the deployed mechanisms per learner (one plane actor per learner node), "
+            "what the runtime would do once it feeds each learner its own batch. Every such run carries that "
+            "validity warning (`runs.csv`); these rows are an extrapolation, not a model of software that runs "
+            "today." + (" Rows within the deployed runtime (one learner): "
+                        + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs" for r in within) + "."
+                        if within else " No row is within the deployed runtime."))
+    unsteady = [r for r in rows if r.get("not_steady")]
+    if unsteady:
+        out.append(
+            "- **Not steady (‡).** In these cells a run's iteration time still trended after the run was doubled "
+            f"{MAX_EXTEND} times (`not steady` in `runs.csv`; a queue that grows without bound): its mean depends "
+            "on the run's length, so the change is not a steady-state figure: "
+            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs ({r['policy']}: {r['not_steady']} of "
+                        f"{2 * r['seeds']} runs)" for r in unsteady) + ".")
+    if dominated:
+        out.append(
+            "- **Dominated by the stock model.** Cells whose stock experience share exceeds 90% ("
+            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs, {100 * r['stock_share']:.0f}%" for r in dominated)
+            + ") are dominated by the stock model's experience path: their reductions rest on that model's "
+            "costs at a scale no measurement confirms.")
+    targets = sorted({r["policy"] for r in rows if r["label"] != "headline"})
+    if targets:
+        out.append(
+            f"- **Design target.** {', '.join(f'`{t}`' for t in targets)} is the idealised Conduit (no driver loop, "
+            "free plane calls, batches in HBM): not deployed, shown only in its own table below, never the headline.")
+    out.append(f"- {len(warned)} of {len(runs)} runs carry warnings ({', '.join(kinds) or 'none'}); "
+               "every warning is in `runs.csv`.")
+    return out
+
+
 def write_report(out: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any]], provenance: dict[str, Any],
                  args: argparse.Namespace, wall_s: float) -> None:
     weak = where_it_does_not_help(rows)
-    dominated = [r for r in rows if r["label"] == "headline" and r["stock_share"] > 0.9]
-    warned = [r for r in runs if r["warnings"]]
-    kinds = sorted({w.split(":")[0] for r in warned for w in r["warnings"].split(" | ")})
+    fewer = [r for r in rows if r["label"] == "headline" and r["seeds"] < len(provenance["seeds"])]
+    has_target = any(r["label"] != "headline" for r in rows)
+    scales = sorted({r["gpus"] for r in rows})
+    missing = [f"{a} at {g:,} GPUs" for a in ALGORITHMS for g in scales
+               if not any(r["algorithm"] == a and r["gpus"] == g and r["label"] == "headline" for r in rows)]
     text = [
-        "# The paper table, against the faithful stock model",
+        "# The paper table: Conduit as deployed against the faithful stock model",
         "",
         f"`python studies/paper_table.py {' '.join(args.argv)}`".replace(" `", "`"),
         "",
-        ("Change of `conduit` against `rllib-stock` (negative: lower than stock), mean over seeds of the "
-        "per-seed paired ratio, with the half-width of its 95% Student-t interval. Iteration time and exposed "
-        "experience-path latency as defined in `/work/shared/DESIGN.md`; means over each run's steady-state "
-        f"window ({MIN_ROUNDS} rounds of the algorithm after warm-up, `conduit/sim/provenance.py`)."),
+        ("Change of `conduit` (Conduit as `enable()` deploys it) against `rllib-stock` (negative: lower than "
+        "stock), mean over seeds of the per-seed paired ratio, with the half-width of its 95% Student-t interval. "
+        "Iteration time and exposed experience-path latency as defined in `/work/shared/DESIGN.md`; means over "
+        f"each run's steady-state window ({MIN_ROUNDS} rounds of the algorithm after warm-up, "
+        "`conduit/sim/provenance.py`; a run whose window still trends is rerun twice as long, at most "
+        f"{MAX_EXTEND} times). † marks a row beyond the deployed runtime (more than one learner, which "
+        "`enable()` refuses today), ‡ a row not in steady state: read the section below before citing either."),
         "",
         format_table(rows),
         "",
+        *([f"Not in this table (not run, or stopped before the pair finished): {', '.join(missing)}.", ""]
+          if missing else []),
+        *([("Fewer seeds than the others (time): " + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs {r['seeds']} "
+                                                                 f"seed(s)" for r in fewer)
+            + f"; the other rows {len(provenance['seeds'])}. A single seed has no interval."), ""]
+          if fewer else []),
         "## Next to the published figures",
         "",
         published_comparison(rows),
         "",
         "## Read before citing",
         "",
-        "These are simulated figures. Every run extrapolates beyond the points the stock costs were fitted "
-        "on (2-core CPU machine; the validity warnings are in `runs.csv`), and the out-of-sample error of "
-        "the simulator is reported by `studies/validation.py`, not here. "
-        + (("Cells whose stock experience share exceeds 90% ("
-            + ", ".join(f"{r['algorithm']} at {r['gpus']:,} GPUs, {100 * r['stock_share']:.0f}%" for r in dominated)
-            + ") are dominated by the stock model's serial driver work; their reductions are bounded by that "
-            "model, which no measurement at that scale confirms.") if dominated else ""),
+        *read_before_citing(rows, runs),
         "",
         "## Where Conduit does not help (iteration time less than 5% lower)",
         "",
         *([f"- {line}" for line in weak] or ["- every cell gains at least 5%"]),
         "",
+        *(["## Design target (not deployed, not the headline)", "",
+           "The idealised Conduit the runtime does not yet implement, against the same stock runs:", "",
+           format_table(rows, headline=False), ""] if has_target else []),
         "## Provenance",
         "",
         f"- project version {provenance['project_version']}, git commit `{provenance['git_commit']}`",
         f"- stock costs: {provenance['stock_costs']['source']}",
         f"- policies: baseline `{BASELINE}`, headline `{HEADLINE}` (whatever the registry holds under that name "
-        "at the commit above; its simulated route is in `conduit/sim/{ppo,appo,dqn,direct}.py`)"
+        "at the commit above: Conduit as `enable()` deploys it, `conduit/sim/deployed.py`)"
         + (f", design targets {', '.join(provenance['design_targets'])}" if provenance["design_targets"] else
            ", no design-target variant registered"),
         "- topologies (SHA-256 of devices and links): "
         + ", ".join(f"`{k}` {v[:12]}" for k, v in provenance["topologies"].items()),
-        (f"- seeds {', '.join(str(s) for s in args.seeds)}; {len(runs)} runs, {wall_s:.0f} s of wall time; "
-        f"every run's provenance block is in `provenance.json`"),
-        (f"- {len(warned)} of {len(runs)} runs carry warnings ({', '.join(kinds) or 'none'}): "
-        "the stock costs were fitted on a 2-core CPU machine, so every GPU cluster extrapolates; the "
-        "warnings are in `runs.csv`."),
+        (f"- seeds {', '.join(str(s) for s in args.seeds)}; {len(runs)} runs, {wall_s:.0f} s of simulation wall "
+        "time; every run's provenance block is in `provenance.json`"),
         "",
     ]
     (out / "paper_table.md").write_text("\n".join(text))
@@ -362,7 +482,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         path.write_text("")
         return
     with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)
 
@@ -385,6 +505,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stock-costs", default=None, help="stock cost file (YAML/JSON of StockCosts fields)")
     parser.add_argument("--out", type=Path, default=Path("results/paper_table"))
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--extend", type=int, default=MAX_EXTEND, metavar="N",
+                        help=f"rerun a run whose window still trends with twice the iterations, at most N times "
+                             f"(default {MAX_EXTEND})")
     parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
                         help="write one table from earlier outputs (their runs.csv and provenance.json), run nothing")
     args = parser.parse_args(argv)
@@ -394,6 +517,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.seeds = args.seeds or list(QUICK_SEEDS if args.quick else DEFAULT_SEEDS)
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         parser.error("--seeds: distinct non-negative integers")
+    if args.extend < 0:
+        parser.error("--extend must be >= 0")
     return args
 
 
@@ -424,6 +549,10 @@ def read_runs(directory: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 row[k] = int(row[k])
             for k in _FLOAT_COLUMNS:
                 row[k] = float(row[k])
+            # columns added later (runs written before them: never extended; the warning says "not steady")
+            row["extended"] = int(row.get("extended") or 0)
+            row["not_steady"] = any(w.startswith(NOT_STEADY) for w in row["warnings"].split(" | "))
+            row["warnings"] = row.pop("warnings")  # kept last, as run_row writes it
             runs.append(row)
     return runs, json.loads((directory / "provenance.json").read_text())
 
@@ -476,6 +605,7 @@ def write_outputs(args: argparse.Namespace, runs: list[dict[str, Any]], provenan
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    _git_commit()  # the code this run starts with
     if args.merge:
         runs, provenance = merge(args.merge)
         args.seeds = provenance["seeds"]
@@ -490,8 +620,8 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             for policy in policies:
                 t0 = time.perf_counter()
-                result = run_one(cell, policy, seed, stock, stock_source)
-                row = run_row(cell, policy, seed, result, time.perf_counter() - t0)
+                result, extended = run_one(cell, policy, seed, stock, stock_source, extend=args.extend)
+                row = run_row(cell, policy, seed, result, time.perf_counter() - t0, extended)
                 runs.append(row)
                 run_provenance.append({"algorithm": cell.algorithm, "gpus": cell.gpus, "policy": policy,
                                        "seed": seed, "provenance": result.provenance,

@@ -4,9 +4,8 @@ For PPO, APPO, DQN and GRPO (presets ``ppo``, ``appo``, ``dqn``, ``grpo-llm``) i
 ``conduit`` / ``rllib-stock`` iteration-time ratio (below 1: Conduit is faster) over three planes:
 
 * **actor/learner ratio x observation bytes** on 8 GPUs (``dgx-h100``): ``runners_per_gpu`` times
-  ``bytes_per_step`` (the preset's bytes scaled by :data:`BYTES_SCALES`), through the public
-  :func:`conduit.sweep` (one call per actor/learner ratio, so each call's iteration count covers the
-  steady-state window of that layout);
+  ``bytes_per_step`` (the preset's bytes scaled by :data:`BYTES_SCALES`), as workload overrides of the
+  public :func:`conduit.simulate` (each layout's iteration count covers its steady-state window);
 * **scale x RPC cost**: 8, 64, 128 and 1,024 GPUs times the stock model's per-call costs
   (:data:`RPC_FIELDS` of :class:`~conduit.sim.params.StockCosts`, scaled together by
   :data:`COST_SCALES`);
@@ -16,8 +15,10 @@ For PPO, APPO, DQN and GRPO (presets ``ppo``, ``appo``, ``dqn``, ``grpo-llm``) i
 The cost planes pass each variant as ``stock_costs`` to :func:`conduit.simulate` (the mechanism of
 ``conduit sim --stock-costs FILE``; every variant is written to ``costs/*.yaml`` so it can be
 rerun from the command line, and each run's provenance echoes it). Every run's length covers
-:data:`~conduit.sim.provenance.MIN_ROUNDS` rounds of its algorithm after warm-up; every run must
-audit with zero violations (asserted).
+:data:`~conduit.sim.provenance.MIN_ROUNDS` rounds of its algorithm after warm-up, and a run whose
+window still trends is rerun twice as long, at most ``MAX_EXTEND`` times (``paper_table.run_steady``;
+a cell still trending after that is counted in ``not_steady`` and named in the report); every run
+must audit with zero violations (asserted).
 
 Writes, under ``--out`` (default ``results/sensitivity``): ``sensitivity.csv`` (one row per
 cell: both policies' figures and the ratio), ``sensitivity.png`` (one row of heatmaps per
@@ -46,6 +47,7 @@ import yaml
 
 import conduit
 from conduit.registry import create_policy
+from conduit.sim.deployed import MULTI_LEARNER_WARNING
 from conduit.sim.engine import Simulation
 from conduit.sim.params import StockCosts
 from conduit.sim.workload import load_workload
@@ -53,7 +55,7 @@ from conduit.sim.workload_fields import apply_overrides
 from conduit.topology import load_topology
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper_table import ALGORITHMS, BASELINE, HEADLINE, SCALES, steady_iterations
+from paper_table import ALGORITHMS, BASELINE, HEADLINE, MAX_EXTEND, SCALES, not_steady, run_steady, steady_iterations
 
 #: actor/learner ratios (env runners per GPU) per algorithm; the preset's value is among them
 RATIOS: dict[str, list[float]] = {"ppo": [1, 4, 10, 32], "appo": [1, 2, 4, 8], "dqn": [1, 2, 4, 8],
@@ -92,25 +94,33 @@ def _check(row: dict[str, Any], where: str) -> None:
     assert int(row["violations"]) == 0, f"{where}, {row['policy']}: {row['violations']} audit violation(s)"
 
 
+def _run(topology, wl, policy: str, iterations: int, seed: int, where: str, **kwargs: Any) -> dict[str, Any]:
+    """One cell's run of ``policy`` through :func:`conduit.simulate`, rerun longer while its window
+    still trends (:func:`paper_table.run_steady`); its figures, audit and steadiness."""
+    result, extended = run_steady(lambda n: conduit.simulate(topology, wl, policy, iterations=n, seed=seed, **kwargs),
+                                  iterations)
+    row = {"policy": policy, "violations": result.audit.violations, "extended": extended,
+           "not_steady": not_steady(result), "beyond_deployed": MULTI_LEARNER_WARNING in result.warnings,
+           **{k: result.metrics[k] for k in ("iteration_time_s", "exposed_experience_path_s", "experience_share")}}
+    _check(row, where)
+    return row
+
+
 def ratio_x_bytes(algorithm: str, ratios: list[float], byte_scales: list[float], seed: int) -> list[dict]:
-    """The actor/learner x bytes plane on 8 GPUs, through :func:`conduit.sweep`."""
+    """The actor/learner x bytes plane on 8 GPUs (workload overrides of :func:`conduit.simulate`)."""
     topology = load_topology(SCALES[8])
     base = load_workload(ALGORITHMS[algorithm])
     out = []
     for ratio in ratios:
         wl = apply_overrides(base, {"runners_per_gpu": ratio})
         iterations = _iterations(topology, wl)
-        table = conduit.sweep(topology, wl, grid={"bytes_per_step": [base.bytes_per_step * s for s in byte_scales]},
-                              policies=[BASELINE, HEADLINE], seeds=[seed], iterations=iterations)
-        by_policy: dict[tuple, dict] = {}
-        for row in table:
-            _check(row, f"{algorithm} runners_per_gpu={ratio} bytes_per_step={row['bytes_per_step']}")
-            by_policy[(row["bytes_per_step"], row["policy"])] = row
         for s in byte_scales:
             nbytes = base.bytes_per_step * s
+            cell = apply_overrides(wl, {"bytes_per_step": nbytes})
+            where = f"{algorithm} runners_per_gpu={ratio} bytes_per_step={nbytes}"
+            rows = {p: _run(topology, cell, p, iterations, seed, where) for p in (BASELINE, HEADLINE)}
             out.append(_cell(algorithm, "ratio_x_bytes", "runners_per_gpu", ratio, "bytes_scale", s, 8,
-                             by_policy[(nbytes, BASELINE)], by_policy[(nbytes, HEADLINE)], iterations,
-                             bytes_per_step=nbytes))
+                             rows[BASELINE], rows[HEADLINE], iterations, bytes_per_step=nbytes))
     return out
 
 
@@ -129,13 +139,8 @@ def scale_x_costs(algorithm: str, kind: str, gpus: list[int], scales: list[float
                 path = costs_dir / f"{kind}-x{s:g}.yaml"
                 path.write_text(yaml.safe_dump({f.name: getattr(costs, f.name) for f in fields(costs)
                                                 if math.isfinite(getattr(costs, f.name))}, sort_keys=False))
-            rows = {}
-            for policy in (BASELINE, HEADLINE):
-                result = conduit.simulate(topology, wl, policy, iterations=iterations, seed=seed, stock_costs=costs)
-                rows[policy] = {"policy": policy, "violations": result.audit.violations,
-                                **{k: result.metrics[k] for k in ("iteration_time_s", "exposed_experience_path_s",
-                                                                  "experience_share")}}
-                _check(rows[policy], f"{algorithm} at {n} GPUs, {kind} costs x{s:g}")
+            where = f"{algorithm} at {n} GPUs, {kind} costs x{s:g}"
+            rows = {p: _run(topology, wl, p, iterations, seed, where, stock_costs=costs) for p in (BASELINE, HEADLINE)}
             out.append(_cell(algorithm, f"scale_x_{kind}", "gpus", n, f"{kind}_scale", s, n, rows[BASELINE],
                              rows[HEADLINE], iterations))
     return out
@@ -152,7 +157,10 @@ def _cell(algorithm: str, plane: str, x_name: str, x: float, y_name: str, y: flo
             "stock_exposed_s": s_ex, "conduit_exposed_s": c_ex,
             "exposed_ratio": c_ex / s_ex if s_ex > 0 else (1.0 if c_ex == 0 else math.inf),
             "stock_share": float(stock["experience_share"]),
-            "violations": int(stock["violations"]) + int(ours["violations"])}
+            "violations": int(stock["violations"]) + int(ours["violations"]),
+            "not_steady": int(bool(stock.get("not_steady"))) + int(bool(ours.get("not_steady"))),
+            "extended": int(stock.get("extended", 0)) + int(ours.get("extended", 0)),
+            "beyond_deployed": bool(ours.get("beyond_deployed"))}
 
 
 def draw(rows: list[dict[str, Any]]):
@@ -226,23 +234,54 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float) 
         gains = [1 - r["iteration_ratio"] for r in cells]
         if len(weak) == len(cells):
             lines.append(f"- **{algorithm}: nowhere in this sweep.** The iteration gain is "
-                         f"{100 * min(gains):.1f}% to {100 * max(gains):.1f}% in every cell: the iteration is "
-                         f"paced by something the experience path does not shorten (the runners' sampling or "
-                         f"generation, or the update), so stock's exposed latency "
-                         f"({100 * min(r['stock_share'] for r in cells):.1f}% to "
-                         f"{100 * max(r['stock_share'] for r in cells):.1f}% of an iteration) is time the learner "
-                         f"would otherwise spend waiting for new samples.")
+                         f"{100 * min(gains):.1f}% to {100 * max(gains):.1f}% in every cell. " + _why(cells))
         elif weak:
             lines.append(f"- **{algorithm}**: less than {100 * NO_HELP:.0f}% in {len(weak)} of {len(cells)} cells: "
                          + "; ".join(f"{where(r)} (gain {100 * (1 - r['iteration_ratio']):+.1f}%)" for r in weak[:12])
-                         + (" ..." if len(weak) > 12 else ""))
+                         + (" ..." if len(weak) > 12 else "") + " " + _why(weak))
         else:
             lines.append(f"- {algorithm}: at least {100 * NO_HELP:.0f}% in every cell "
                          f"({100 * min(gains):.1f}% to {100 * max(gains):.1f}%).")
+    slower = [r for r in rows if r["iteration_ratio"] > 1]
+    if slower:
+        lines += ["", f"Slower than stock (ratio above 1) in {len(slower)} of {len(rows)} cells: "
+                  + "; ".join(f"{r['algorithm']} {where(r)} ({r['iteration_ratio']:.3f})" for r in slower[:16])
+                  + (" ..." if len(slower) > 16 else "") + "."]
+    unsteady = [r for r in rows if int(r.get("not_steady") or 0)]
+    lines += ["", (f"Not steady after {MAX_EXTEND} doublings of the run (its mean depends on the run's length; "
+                   "read those cells as a trend, not a steady-state ratio): "
+                   + ("; ".join(f"{r['algorithm']} {where(r)}" for r in unsteady) if unsteady else "none") + ".")]
+    beyond = [a for a in ALGORITHMS if any(r["algorithm"] == a and str(r.get("beyond_deployed")) == "True"
+                                           for r in rows)]
+    lines += ["", ("Conduit here is `conduit`, Conduit as `enable()` deploys it (`conduit/sim/deployed.py`). "
+                   + (f"The {', '.join(beyond)} cells have more than one learner, which `enable()` refuses today: they "
+                      "apply the deployed mechanisms per learner, an extrapolation beyond the deployed runtime "
+                      "(column `beyond_deployed`)." if beyond else "Every cell has one learner, as deployed."))]
     lines += ["", ("The `conduit` policy is whatever the registry holds under that name; the stock costs are the "
               "measured `StockCosts` (`conduit/sim/params.py`) scaled as the plane says, each variant in `costs/`."),
               "Every cell audited with 0 violations.", ""]
     return "\n".join(lines)
+
+
+def _why(cells: list[dict[str, Any]]) -> str:
+    """What the data says about cells where Conduit does not help: slower than stock, or nothing to
+    remove (stock's exposed latency a small share of the iteration), or neither."""
+    slower = [r for r in cells if r["iteration_ratio"] > 1]
+    shares = [r["stock_share"] for r in cells]
+    if slower:
+        worst = max(slower, key=lambda r: r["iteration_ratio"])
+        return (f"Conduit is slower than stock in {len(slower)} of {len(cells)} cells, up to "
+                f"{worst['iteration_ratio']:.2f}x ({worst['plane']}: {worst['x_name']}={worst['x']:g}, "
+                f"{worst['y_name']}={worst['y']:g}): there the deployed path's per-fragment work (a plane-actor "
+                "round trip and copies into and out of the plane's host tiers, on the node's CPUs: "
+                "`conduit/sim/deployed.py`) costs more than stock's path.")
+    if max(shares) < 0.05:
+        return (f"Stock's exposed latency is only {100 * min(shares):.1f}% to {100 * max(shares):.1f}% of an "
+                "iteration: the iteration is paced by work the experience path does not shorten (sampling or "
+                "generation, or the update), so there is almost nothing to remove.")
+    return (f"Stock's exposed latency is {100 * min(shares):.1f}% to {100 * max(shares):.1f}% of an iteration, "
+            "yet the deployed path does not shorten the iteration: what it removes from the learner's wait is "
+            "paid back elsewhere in the loop.")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -265,7 +304,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 _NUMERIC = ("x", "y", "gpus", "iterations", "bytes_per_step", "stock_iteration_s", "conduit_iteration_s",
-            "iteration_ratio", "stock_exposed_s", "conduit_exposed_s", "exposed_ratio", "stock_share", "violations")
+            "iteration_ratio", "stock_exposed_s", "conduit_exposed_s", "exposed_ratio", "stock_share", "violations",
+            "not_steady", "extended")
 
 
 def read_cells(directory: Path) -> list[dict[str, Any]]:

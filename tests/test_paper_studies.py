@@ -64,13 +64,17 @@ def test_paper_table_quick_writes_its_schema_with_zero_violations(paper_out):
     for r in runs:
         assert int(r["violations"]) == 0
         assert "short window" not in r["warnings"]  # every window holds MIN_ROUNDS rounds
+        # a run still trending was extended as far as allowed, and is flagged
+        assert r["not_steady"] == str(any(w.startswith("not steady") for w in r["warnings"].split(" | ")))
+        assert r["not_steady"] == "False" or int(r["extended"]) == paper.MAX_EXTEND
         assert float(r["rounds_measured"]) >= MIN_ROUNDS
         assert float(r["iteration_time_s"]) > 0 and float(r["exposed_experience_path_s"]) >= 0
     table = _rows(paper_out / "paper_table.csv")
     assert list(table[0]) == ["algorithm", "gpus", "topology", "workload", "policy", "label", "seeds",
                               "stock_iteration_s", "policy_iteration_s", "stock_exposed_s", "policy_exposed_s",
                               "stock_share", "policy_share", "iteration_reduction", "iteration_reduction_ci95",
-                              "exposed_reduction", "exposed_reduction_ci95", "violations", "warnings"]
+                              "exposed_reduction", "exposed_reduction_ci95", "violations", "warnings",
+                              "beyond_deployed", "not_steady"]
     assert len(table) == len(paper.ALGORITHMS) * (len(policies) - 1)
     assert all(int(r["violations"]) == 0 and int(r["seeds"]) == len(paper.QUICK_SEEDS) for r in table)
     assert [r["label"] for r in table if r["policy"] == paper.HEADLINE] == ["headline"] * len(paper.ALGORITHMS)
@@ -97,8 +101,18 @@ def test_paper_table_report_stands_next_to_the_published_figures_with_provenance
     text = (paper_out / "paper_table.md").read_text()
     assert "-97.0%" in text and "-38.0%" in text
     assert "Where Conduit does not help" in text and "Provenance" in text
-    for algorithm in paper.ALGORITHMS:
-        assert f"| {algorithm} | 8 |" in text
+    table = _rows(paper_out / "paper_table.csv")
+    head, rest = text.split("## Design target", 1) if "## Design target" in text else (text, "")
+    for row in table:
+        beyond = row["beyond_deployed"] == "True"
+        line = f"| {row['algorithm']} | 8{' †' if beyond else ''} | {row['policy']} |"
+        # the headline and the design target never share a table
+        assert line in (head if row["label"] == "headline" else rest)
+        runs_of_row = [r for r in _rows(paper_out / "runs.csv")
+                       if r["algorithm"] == row["algorithm"] and r["policy"] == row["policy"]]
+        assert beyond == any(paper.beyond_deployed(r) for r in runs_of_row)
+        if beyond:  # the caveat names the row
+            assert f"{row['algorithm']} at 8 GPUs" in text.split("## Read before citing", 1)[1]
     prov = json.loads((paper_out / "provenance.json").read_text())
     assert set(prov["topologies"]) == {"dgx-h100"} and len(prov["topologies"]["dgx-h100"]) == 64
     assert set(prov["stock_costs"]["values"]) == {f.name for f in fields(StockCosts)}
