@@ -1445,8 +1445,10 @@ def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[W
 
             out.append(_item_sweep(f"driver_metrics:{name}", "calls", aggregate, [1, 2], budget, 3, 40,
                                    "the driver's MetricsLogger.aggregate of one EnvRunner's metrics"))
+        what = (f"Learner.update as {type(learner).__name__}'s learner thread calls it (TrainingData(batch=...), "
+                f"_no_metrics_reduce=True)" if algo == "appo" else f"{type(learner).__name__}.update")
         out.append(_item_sweep(f"learner_update:{name}", "samples", update, sizes, budget, 3, 40,
-                               f"{type(learner).__name__}.update on one minibatch of n samples its learner connector "
+                               f"{what} on one minibatch of n samples its learner connector "
                                f"built from real episodes (RLlib's loss, gradient step and metrics), one torch thread"))
         for m in out:
             if m.unit == "calls":  # n calls per sweep point: the per-call time is the fitted slope
