@@ -138,17 +138,21 @@ class AppoLoop:
         ``impala.py: IMPALA.training_step`` in a loop until ``min_time_s_per_iteration``, and each step's
         ``EnvRunnerGroup.fetch_ready_async_reqs`` (``timeout_seconds=timeout_s_sampler_manager``, 0.0)
         and ``LearnerGroup.update(async_update=True)`` return at once when nothing is ready. So the
-        driver's thread holds a core whenever it is not doing the bookkeeping the loop does anyway: on
-        a crowded node, a core of its node in quanta while its thread is idle (while the thread works,
+        driver's thread polls whenever it is not doing the bookkeeping the loop does anyway: on
+        a crowded node, ``StockCosts.driver_poll_cores`` of a core of its node (measured by
+        ``benchmarks/driver_wait_loop.py``: a lower bound; 1.0 is the upper) in each quantum its thread is idle (while the thread works,
         that work holds the core: :meth:`on_driver`; the loop never delays it)."""
         from conduit.sim.deployed import SAMPLING_QUANTUM
 
         node = self.layout.driver_node
+        duty = min(1.0, max(0.0, self.stock.driver_poll_cores))
         while not self._stop:
-            if self.driver_thread.busy:
+            if self.driver_thread.busy or duty == 0.0:
                 yield self.env.timeout(SAMPLING_QUANTUM)
-            else:
-                yield from self.cpu(node, SAMPLING_QUANTUM)
+            else:  # the poll takes ``driver_poll_cores`` of a core (StockCosts; benchmarks/driver_wait_loop.py)
+                yield from self.cpu(node, duty * SAMPLING_QUANTUM)
+                if duty < 1.0:
+                    yield self.env.timeout((1.0 - duty) * SAMPLING_QUANTUM)
 
     def appo_train(self, lr: LearnerRole, seconds: float) -> Generator:
         """One training step on the learner's device: a CPU learner's (``lr.hbm`` None) is its learner
