@@ -41,16 +41,21 @@ torch threads) and write the merged file to ``OUT/calibration.json``, with the l
 Known limits of the comparison (reported, not corrected): the study's local-learner workloads
 (``ppo-cartpole-2r-local``, ``dqn-cartpole-1r``) train in the driver process, where torch keeps its default
 thread count (Ray sets ``OMP_NUM_THREADS=1`` only in its workers): ``learner_update_local`` times that in wall
-clock and is used only when measured on a quiet machine; APPO's measured ``iteration_ms`` is the period of ``Learner.update`` calls (one per package), while the
-simulator's update is one training step on a batch. On 2026-12-04, with the 2-core machine at a load average
+clock and is used only when measured on a quiet machine. APPO's measured ``iteration_ms`` is the mean time
+between the starts of consecutive gradient updates (``instrument.py``: the learner thread's
+``after_gradient_based_update`` stamps; ``impala_learner.py: _LearnerThread.step`` trains once per batch it
+takes from the ``CircularBuffer``, reuses included), the simulator's ``iteration_time_s`` the mean time
+between the starts of consecutive updates of ``appo_loop`` (one per batch, reuses included): the same
+definition. On 2026-12-04, with the 2-core machine at a load average
 of about 15, the study's APPO workloads sampled no env step in any 5 s iteration (both sides, and a plain
 ``APPOConfig``); on the quiet machine (load 1-2, results/validation/measured.json) they sampled and trained
 with the same config (Ray ``num_cpus=2``: 2 EnvRunners at 0.5 CPU and 1 learner fit), so the load, not the
-config, starved them. Not modelled yet: APPO's driver never sleeps (``algorithm.py:
-Algorithm._run_one_training_iteration`` calls ``IMPALA.training_step`` in a loop until
-``min_time_s_per_iteration``, and its ``fetch_ready_async_reqs`` waits ``timeout_s_sampler_manager = 0.0``),
-so on two cores it holds one while the EnvRunners and the learner share the other; the stock model's
-sampling holds no core at all.
+config, starved them. APPO's driver never sleeps (``algorithm.py: Algorithm._run_one_training_iteration``
+calls ``IMPALA.training_step`` in a loop until ``min_time_s_per_iteration``, and its
+``fetch_ready_async_reqs`` waits ``timeout_s_sampler_manager = 0.0``): the simulator's crowded-node model
+(:meth:`conduit.sim.appo.AppoLoop.on_cores`) has it hold a core while the EnvRunners and the learner share
+the node's cores with it, on both sides; APPO's update primitive is the learner thread's own
+``Learner.update`` call (:func:`conduit.runtime.calibrate.measure_learner`).
 """
 
 from __future__ import annotations
@@ -168,7 +173,7 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
       ``replay_ratio`` = updates per round x ``total_train_batch_size`` / steps per round; ``min_size`` =
       ``num_steps_sampled_before_learning_starts``; ``replay_capacity`` from ``replay_buffer_config``;
     - the update primitive is RLlib's own ``Learner.update`` per minibatch (``learner_update``,
-      :func:`conduit.runtime.calibrate.measure_learner`; APPO: the ``forward_train`` proxy); a local
+      :func:`conduit.runtime.calibrate.measure_learner`; APPO: the learner thread's call); a local
       learner (``num_learners=0``) the same with the driver's torch threads in wall-clock time
       (``learner_update_local``) when that was measured on a quiet machine (:func:`local_usable`);
     - DQN: the EnvRunner's ``get_metrics()`` rides in each sample call (``runner_metrics``), and the

@@ -88,4 +88,20 @@ def test_dqn_learner_and_driver_primitives_are_measured_on_the_configs_own_buffe
                                             "replay_priorities", "runner_metrics", "driver_metrics")}
     assert all(m.ok and m.latency > 0 for m in out.values()), {k: m.note for k, m in out.items()}
     assert "PrioritizedEpisodeReplayBuffer" in out["replay_sample:d"].note  # DQN's default buffer
-    assert cal.measure_learner("a", "appo", DQNConfig(), quick=True) == []  # APPO keeps the proxy
+
+
+@pytest.mark.e2e
+def test_appo_update_is_the_learner_threads_own_call_on_whole_fragments():
+    """APPO: ``IMPALALearner.update`` only enqueues; the learner thread's ``Learner.update`` trains, on
+    batches of whole rollout fragments."""
+    pytest.importorskip("ray.rllib")
+    from ray.rllib.algorithms.appo import APPOConfig
+
+    cfg = APPOConfig().environment("CartPole-v1")
+    out = {m.name: m for m in cal.measure_learner("a", "appo", cfg, quick=True)}
+    assert set(out) == {"learner_update:a"}
+    m = out["learner_update:a"]
+    assert m.ok and m.per_item > 0, m.note
+    assert "learner thread" in m.note
+    fragment = cfg.get_rollout_fragment_length(worker_index=1) * cfg.num_envs_per_env_runner
+    assert all(n % fragment == 0 for n in m.sizes)

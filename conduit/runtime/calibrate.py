@@ -1309,8 +1309,11 @@ def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[W
     ``core/learner/learner.py: Learner.update``) updates on one minibatch of ``n`` samples built by its
     own learner connector from real episodes (the connector's work is not timed:
     ``Learner._make_batch_if_necessary`` runs once, before the sweep). One call per minibatch, so the
-    fit's per-call time is the per-minibatch overhead. APPO's ``IMPALALearner.update`` takes a
-    ``TrainingData`` through its learner thread: it keeps the proxy.
+    fit's per-call time is the per-minibatch overhead. APPO: ``IMPALALearner.update`` only builds the
+    batch and enqueues it; its learner thread trains (``algorithms/impala/impala_learner.py:
+    _LearnerThread.step``: ``Learner.update(self=learner, training_data=TrainingData(batch=...),
+    timesteps=..., _no_metrics_reduce=True)``), so that call is timed, on batches of whole rollout
+    fragments (v-trace folds the batch into fragments: ``make_time_major``).
 
     DQN (``algorithms/dqn/dqn.py: DQN._training_step_new_api_stack``), each primitive alone, in the
     config's replay buffer (``PrioritizedEpisodeReplayBuffer`` by default): ``replay_add:<name>``
@@ -1328,17 +1331,32 @@ def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[W
     from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-    if algo not in ("ppo", "dqn"):
+    if algo not in ("ppo", "dqn", "appo"):
         return []
     cfg = config.copy(copy_frozen=False).learners(num_learners=0)
     runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
     sizes = [8, 32, 128] if quick else [16, 64, 256]
+    if algo == "appo":  # whole fragments, up to the learner's batch
+        fragment = int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
+        top = max(1, int(cfg.train_batch_size_per_learner) // fragment)
+        sizes = sorted({fragment * k for k in ((1, max(1, top // 2)) if quick else (1, max(1, top // 2), top))})
     budget = 0.1 if quick else 0.5
     out: list[WorkloadMeasurement] = []
     try:
         learner = cfg.build_learner(env=runner.env)
         ts = {NUM_ENV_STEPS_SAMPLED_LIFETIME: 10**6}
-        if algo == "ppo":
+        if algo == "appo":
+            from ray.rllib.core.learner.learner import Learner
+
+            episodes = runner.sample(num_timesteps=max(sizes), random_actions=False)
+            full = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
+            batches = {n: MultiAgentBatch({k: v[:n] for k, v in full.policy_batches.items()}, env_steps=n)
+                       for n in sizes}
+
+            def update(n: int) -> None:
+                Learner.update(learner, training_data=TrainingData(batch=batches[n]), timesteps=ts,
+                               _no_metrics_reduce=True)
+        elif algo == "ppo":
             episodes = runner.sample(num_timesteps=max(sizes) + 8, random_actions=False)
             full = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
             batches = {n: MultiAgentBatch({k: v[:n] for k, v in full.policy_batches.items()}, env_steps=n)
@@ -1427,8 +1445,10 @@ def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[W
 
             out.append(_item_sweep(f"driver_metrics:{name}", "calls", aggregate, [1, 2], budget, 3, 40,
                                    "the driver's MetricsLogger.aggregate of one EnvRunner's metrics"))
+        what = (f"Learner.update as {type(learner).__name__}'s learner thread calls it (TrainingData(batch=...), "
+                f"_no_metrics_reduce=True)" if algo == "appo" else f"{type(learner).__name__}.update")
         out.append(_item_sweep(f"learner_update:{name}", "samples", update, sizes, budget, 3, 40,
-                               f"{type(learner).__name__}.update on one minibatch of n samples its learner connector "
+                               f"{what} on one minibatch of n samples its learner connector "
                                f"built from real episodes (RLlib's loss, gradient step and metrics), one torch thread"))
         for m in out:
             if m.unit == "calls":  # n calls per sweep point: the per-call time is the fitted slope

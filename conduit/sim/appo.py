@@ -58,9 +58,12 @@ class AppoLoop:
         self._runner_version = {r.id: 0 for r in self.layout.runners}
         self._stop = False
         self._stock_pending = 0  # stock: chunks created, not yet in a learner's queue
+        self._appo_crowded = self._crowded_nodes()
         runner_loop = self.deployed_appo_runner if self.deployed else self.appo_runner
         for r in self.layout.runners:
             self.env.process(runner_loop(r, queues))
+        if self._appo_crowded[self.layout.driver_node]:
+            self.env.process(self.appo_driver_spin())
         t_free = {lr.id: 0.0 for lr in learners}
         reuse: dict[str, deque] = {lr.id: deque() for lr in learners}
         uses: dict[int, int] = {}
@@ -80,8 +83,8 @@ class AppoLoop:
                                        checksums={c: self._checksum(c) for c in cids})
             for cid in finished:  # used max_reuse times: leaves the plane
                 self.release(cid)
-            yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
-                w.update_overhead + u.samples * w.update_time_per_sample)) for lr, u in zip(learners, updates, strict=True)])
+            yield simpy.AllOf(self.env, [self.env.process(self.appo_train(
+                lr, w.update_overhead + u.samples * w.update_time_per_sample)) for lr, u in zip(learners, updates, strict=True)])
             for u in updates:
                 u.t_end = t_free[u.learner] = self.env.now
             self.rec.updates.extend(updates)
@@ -97,6 +100,70 @@ class AppoLoop:
                     self.auditor.dropped(cid, self.env.now, "end-of-run")
                     self.release(cid)
 
+    # ------------------------------------------------------------------ cores on a crowded node
+    def _crowded_nodes(self) -> dict[str, bool]:
+        """Nodes with fewer cores than the processes that run there: each EnvRunner, each remote
+        learner's process, the driver (and, deployed, the plane actor: :meth:`_deployed_setup` counts
+        it). The same count on both sides, so the stock side's processes compete for cores as the
+        deployed side's do."""
+        if self.deployed:
+            return self._oversubscribed
+        processes = {node: 0 for node in self.cpus}
+        for r in self.layout.runners:
+            processes[r.node] += 1
+        if not self.workload.local_learner:
+            for lr in self.layout.learners:
+                processes[lr.node] += 1
+        processes[self.layout.driver_node] += 1
+        return {node: processes[node] > self.cpus[node].cores for node in self.cpus}
+
+    def on_cores(self, node: str, seconds: float) -> Generator:
+        """``seconds`` of one process's work on a core of ``node``, held in quanta of
+        :data:`~conduit.sim.deployed.SAMPLING_QUANTUM` on a crowded node (the OS interleaves the
+        processes), as one timeout elsewhere (nobody waits for a core there)."""
+        from conduit.sim.deployed import SAMPLING_QUANTUM
+
+        if not self._appo_crowded[node]:
+            if seconds > 0:
+                yield self.env.timeout(seconds)
+            return
+        left = seconds
+        while left > 0:
+            step = min(SAMPLING_QUANTUM, left)
+            yield from self.cpu(node, step)
+            left -= step
+
+    def appo_driver_spin(self) -> Generator:
+        """The driver never sleeps: ``algorithm.py: Algorithm._run_one_training_iteration`` calls
+        ``impala.py: IMPALA.training_step`` in a loop until ``min_time_s_per_iteration``, and each step's
+        ``EnvRunnerGroup.fetch_ready_async_reqs`` (``timeout_seconds=timeout_s_sampler_manager``, 0.0)
+        and ``LearnerGroup.update(async_update=True)`` return at once when nothing is ready. So the
+        driver's thread polls whenever it is not doing the bookkeeping the loop does anyway: on
+        a crowded node, ``StockCosts.driver_poll_cores`` of a core of its node (measured by
+        ``benchmarks/driver_wait_loop.py``: a lower bound; 1.0 is the upper) in each quantum its thread is idle (while the thread works,
+        that work holds the core: :meth:`on_driver`; the loop never delays it)."""
+        from conduit.sim.deployed import SAMPLING_QUANTUM
+
+        node = self.layout.driver_node
+        duty = min(1.0, max(0.0, self.stock.driver_poll_cores))
+        while not self._stop:
+            if self.driver_thread.busy or duty == 0.0:
+                yield self.env.timeout(SAMPLING_QUANTUM)
+            else:  # the poll takes ``driver_poll_cores`` of a core (StockCosts; benchmarks/driver_wait_loop.py)
+                yield from self.cpu(node, duty * SAMPLING_QUANTUM)
+                if duty < 1.0:
+                    yield self.env.timeout((1.0 - duty) * SAMPLING_QUANTUM)
+
+    def appo_train(self, lr: LearnerRole, seconds: float) -> Generator:
+        """One training step on the learner's device: a CPU learner's (``lr.hbm`` None) is its learner
+        thread on a core of its node (Ray workers run torch with ``OMP_NUM_THREADS=1``), held in quanta
+        on a crowded node; a GPU's is the engine's."""
+        if lr.hbm is None and self._appo_crowded[lr.node]:
+            yield from self.on_cores(lr.node, seconds)
+            self.compute[lr.device].busy_seconds += seconds
+            return
+        yield from self.compute[lr.device].run(seconds)
+
     def broadcast(self, version: int) -> Generator:
         yield self.env.timeout(self.workload.weight_sync_time)
         for rid in self._runner_version:
@@ -107,7 +174,8 @@ class AppoLoop:
         i = 0
         group: list[tuple[Chunk, ChunkTrace]] = []
         while not self._stop:
-            yield self.env.timeout(self.sample_time(w.fragment_length))
+            # sampling holds a core of the runner's node (in quanta where the node is crowded)
+            yield from self.on_cores(runner.node, self.sample_time(w.fragment_length))
             if self._stop:
                 return
             if self.path.route == "driver":

@@ -68,6 +68,9 @@ actor, the driver), the call is held in quanta of :data:`SAMPLING_QUANTUM` (CPyt
 interval, ``sys.getswitchinterval()``, 5 ms; the kernel's time slices are of that order), so that a
 few milliseconds of plane or learner work interleave with a long sample call as the OS would
 interleave them, instead of queueing behind all of it; elsewhere a call is one hold (no one waits).
+APPO counts the same processes on both sides (:meth:`conduit.sim.appo.AppoLoop.on_cores`): there the
+stock EnvRunners' sampling, a CPU learner's training and the never-sleeping driver hold cores of a
+crowded node the same way.
 
 **Simulation speed.** A Python thread on a node with a core per process never waits for a core, so
 it is a FIFO single server computed by arithmetic (:class:`_Lane`: start at ``max(arrival, free)``);

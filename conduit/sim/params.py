@@ -39,6 +39,11 @@ the shared machine do not inflate them). The parameter -> field of that file:
 * ``driver_bookkeeping`` = ``driver_bookkeeping_s`` (0.672 ms): ``MetricsLogger.aggregate`` of one
   real ``SingleAgentEnvRunner``'s ``get_metrics()`` (CPU time), the driver's work per EnvRunner result.
 
+* ``driver_poll_cores`` (0.22): the cores an idle APPO/IMPALA driver takes while its never-sleeping loop polls
+  (``ray.wait(timeout=0)`` on the pending sample requests, ``benchmarks/driver_wait_loop.py``, per-process CPU
+  time from /proc): a lower bound, since the rest of ``training_step``'s Python per idle pass is not in it;
+  1.0 (a whole core) is the upper bound. Used only on a node with fewer cores than processes.
+
 Until this change ``connector_*``, ``to_tensor_*`` and ``driver_bookkeeping`` restated segments *c*,
 *d* and *a2* of ``shared/reference/rllib-2.60-stock-cpu.md`` (0.983 ms + 0.9 us/sample + 0.324
 ns/B, 0.128 ms + 3 ps/B, 0.35 ms): in-sample for the comparison :mod:`conduit.sim.calibration` makes.
@@ -115,6 +120,7 @@ class StockCosts:
     buffer_sample_per_item: float = 149.4e-6
     buffer_update_priorities_per_call: float = 0.0
     buffer_update_priorities_per_item: float = 0.0
+    driver_poll_cores: float = 0.22
 
     def sample_serialize(self, episodes: float, nbytes: float) -> float:
         """EnvRunner side of returning sampled episodes: pickling plus ``ray.put``'s copy of their
