@@ -258,7 +258,9 @@ def scenarios(draw, algorithm: str):
         # ... and than what runners coalescing up to 4 chunks (janus g4) can have in flight per table
         capacity = (2 * min_size + math.ceil(iterations * n_learners * batch / ratio) + 2 * n_runners * steps
                     + n_learners * (8 * n_runners + 1) * steps + draw(st.integers(0, 3)) * steps)
-        wl.update(replay_ratio=ratio, batch_size=batch, min_size=min_size, replay_capacity=capacity)
+        # one runner per GPU, as the sizing above assumes (the dqn preset itself has RLlib's single EnvRunner)
+        wl.update(replay_ratio=ratio, batch_size=batch, min_size=min_size, replay_capacity=capacity,
+                  env_runners=n_runners)
         working_set = (capacity + steps) * bytes_per_step * n_learners
     hbm = max(working_set * draw(st.floats(1.0, 4.0)), 1024.0)
     host = (4 * working_set + 16 * cb) * draw(st.floats(1.0, 3.0))
