@@ -168,7 +168,8 @@ class DqnLoop:
         yield from self.transfer(runner.memory, self.layout.driver_memory, w.chunk_bytes)
         yield from self.on_driver(s.rpc_driver_cpu + s.sample_deserialize(w.chunk_episodes, w.chunk_bytes))
         self.stock_calls["sample_result"] += 1
-        # DQN._training_step_new_api_stack: self.metrics.aggregate(env_runner_results) per round
+        # DQN._training_step_new_api_stack: self.metrics.aggregate(env_runner_results), one runner's share
+        # per result (StockCosts.driver_bookkeeping: the aggregate of one EnvRunner's metrics)
         yield from self.on_driver(s.driver_bookkeeping)
         if not self.move_now(cid, self.host_tier(self.layout.driver_memory)):
             yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))

@@ -77,8 +77,6 @@ class Plan:
         enable()'s default of an eighth of the smallest fragment)."""
         if self.target_chunk_bytes is None or self.chunk_steps is None:
             return int(self.chunk_steps or fragment_steps)
-        from conduit.deploy_settings import stream_chunk_steps
-
         return stream_chunk_steps(fragment_steps, num_envs, bytes_per_step, self.target_chunk_bytes)
 
     @property
@@ -182,6 +180,8 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     for key, owners in (("chunk_steps", ("PPO",)), ("max_lag", ("APPO", "IMPALA"))):
         if options.get(key) is not None and name not in owners:
             raise EnableError(f"enable(): option {key}= applies to {'/'.join(owners)}, not {name}")
+    # the policy parameters the user gave, read once (a params_file is read here, not once per setting)
+    given = _given_policy_params(options)
     if name == "PPO":
         if config.batch_mode != "truncate_episodes":
             raise EnableError(f"enable(): PPO with batch_mode={config.batch_mode!r} samples a variable number of "
@@ -201,7 +201,7 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
             # recording (output=...): one chunk per sample call, so the recorded episodes are cut as in stock RLlib
             chunk = smallest if recording else stream_chunk_steps(smallest, envs)
             # a given target_chunk_bytes sizes the sub-chunks once the EnvRunner knows its bytes per step
-            target = None if recording else target_chunk_bytes(*_given_policy_params(options))
+            target = None if recording else target_chunk_bytes(*given)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0 or chunk % envs:
             raise EnableError(f"enable(): chunk_steps must be a positive multiple of num_envs_per_env_runner "
                               f"({envs}), got {chunk!r}")
@@ -212,7 +212,7 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
         # A round can hold that many more per EnvRunner; the learner sizes each batch exactly.
         slack = rounds * max(1, runners) * (envs - 1)
         options = {**options, "prefetch_depth": prefetch_depth(ON_POLICY, option=options.get("prefetch_depth"),
-                                                               depth=policy_depth(*_given_policy_params(options)))}
+                                                               depth=policy_depth(*given))}
         return Plan(name, ON_POLICY, TRAJECTORY, OnPolicy(), per_round * rounds, min(chunk, smallest),
                     gamma=float(config.gamma), batch_slack=slack, options=options, target_chunk_bytes=target)
     if name in ("APPO", "IMPALA"):
@@ -248,7 +248,7 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
         if isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0:
             raise EnableError(f"enable(): max_lag must be a non-negative integer (learner updates), got {max_lag!r}")
         options = {**options, "prefetch_depth": prefetch_depth(ASYNC, option=options.get("prefetch_depth"),
-                                                               depth=policy_depth(*_given_policy_params(options)))}
+                                                               depth=policy_depth(*given))}
         return Plan(name, ASYNC, TRAJECTORY, BoundedStaleness(max_lag=max_lag, max_reuse=reuse), batch, None,
                     gamma=float(config.gamma), options=options)
     # DQN / SAC
@@ -277,7 +277,7 @@ def make_plan(config: Any, options: dict[str, Any]) -> Plan:
     # order); a deeper prefetch draws that many updates early, with priorities that many updates old.
     # (conduit.deploy_settings.prefetch_depth, shared with the simulator; a given policy depth replaces it)
     depth = prefetch_depth(REPLAY, isinstance(sampler, Prioritized), options.get("prefetch_depth"),
-                           policy_depth(*_given_policy_params(options)))
+                           policy_depth(*given))
     options = {"coalesce_s": 0.1, **options, "prefetch_depth": depth}
     return Plan(name, REPLAY, TRANSITION, contract, batch, None, n_step=n_step, gamma=float(config.gamma),
                 options=options)
