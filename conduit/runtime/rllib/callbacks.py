@@ -8,6 +8,10 @@
   from EnvRunners on other nodes cross through Ray's object store), and hands its (picklable)
   handle to every EnvRunner and to the learner through their groups' public ``foreach_*`` calls.
 * ``on_env_runners_recreated``: a restarted EnvRunner is attached again.
+* A checkpoint is a cut: ``algo.get_state()`` (so ``save_to_path``, ``save``) first waits until every
+  chunk the EnvRunners' sending threads still hold is in the plane (:func:`flush_runners`), so the
+  saved table and audit hold everything sampled before the save (without it, chunks in flight at the
+  save were in neither the checkpoint nor its audit).
 * The plane actor itself is restarted by Ray (``max_restarts``, default 3): every handle stays
   valid, so nothing is handed out again; EnvRunners and the learner notice the restart on their
   next call and repeat it (see *Restarts* in :mod:`conduit.runtime.ray_plane`).
@@ -101,6 +105,7 @@ class ConduitCallback(RLlibCallback):
         _values(lg.foreach_learner(
             lambda learner, c=cluster, sp=(obs_space, act_space): learner.conduit_attach(c, LEARNER_ID, sp)))
         algorithm._conduit_schema = schema
+        _flush_before_state(algorithm)
 
     @staticmethod
     def _attach_runners(group: Any, cluster: Any, schema: Any, indices: list[int] | None = None) -> None:
@@ -133,6 +138,30 @@ def report(cluster: Any, plan: Plan) -> dict[str, Any]:
         "audit": audit,
         "violations": int(audit.get("violations", 0)),
     }
+
+
+def flush_runners(algorithm: Any) -> None:
+    """Wait until every chunk the algorithm's EnvRunners have sent is in the plane (each runner's
+    ``conduit_flush``; a chunk the plane refused is raised here)."""
+    algorithm.env_runner_group.foreach_env_runner(lambda r: r.conduit_flush(), local_env_runner=True)
+
+
+def _flush_before_state(algorithm: Any) -> None:
+    """Make ``algorithm.get_state`` flush the runners first (see the module doc). The wrapper holds the
+    algorithm weakly, so the plane's finalizer still runs when the algorithm is dropped."""
+    ref = weakref.ref(algorithm)
+    cls_get_state = type(algorithm).get_state
+
+    def get_state(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        algo = ref()
+        if algo is None:
+            raise ReferenceError("the algorithm is gone")
+        if id(algo) in _CLUSTERS:
+            flush_runners(algo)
+        return cls_get_state(algo, *args, **kwargs)
+
+    get_state.__doc__ = cls_get_state.__doc__
+    algorithm.get_state = get_state
 
 
 def _forget(key: int) -> None:
