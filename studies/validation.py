@@ -53,9 +53,10 @@ with the same config (Ray ``num_cpus=2``: 2 EnvRunners at 0.5 CPU and 1 learner 
 config, starved them. APPO's driver never sleeps (``algorithm.py: Algorithm._run_one_training_iteration``
 calls ``IMPALA.training_step`` in a loop until ``min_time_s_per_iteration``, and its
 ``fetch_ready_async_reqs`` waits ``timeout_s_sampler_manager = 0.0``): the simulator's crowded-node model
-(:meth:`conduit.sim.appo.AppoLoop.on_cores`) has its poll take ``StockCosts.driver_poll_cores`` (0.22 of a
-core, ``benchmarks/driver_wait_loop.py``) while the EnvRunners and the learner share
-the node's cores with it, on both sides; APPO's update primitive is the learner thread's own
+(:meth:`conduit.sim.appo.AppoLoop.on_cores`) has its loop want ``StockCosts.driver_poll_cores`` (0.85 of a
+core: the real loop's main thread, ``benchmarks/appo_driver_loop.py``) and get it first (wake-up preemption,
+:class:`conduit.sim.resources.CpuPool`) while the EnvRunners and the learner share the rest of the node's
+cores, on both sides; APPO's update primitive is the learner thread's own
 ``Learner.update`` call (:func:`conduit.runtime.calibrate.measure_learner`).
 """
 

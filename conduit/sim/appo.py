@@ -63,6 +63,8 @@ class AppoLoop:
         for r in self.layout.runners:
             self.env.process(runner_loop(r, queues))
         if self._appo_crowded[self.layout.driver_node]:
+            self.cpus[self.layout.driver_node].enable_preemption()
+            self.driver_urgent = True
             self.env.process(self.appo_driver_spin())
         t_free = {lr.id: 0.0 for lr in learners}
         reuse: dict[str, deque] = {lr.id: deque() for lr in learners}
@@ -137,11 +139,15 @@ class AppoLoop:
         """The driver never sleeps: ``algorithm.py: Algorithm._run_one_training_iteration`` calls
         ``impala.py: IMPALA.training_step`` in a loop until ``min_time_s_per_iteration``, and each step's
         ``EnvRunnerGroup.fetch_ready_async_reqs`` (``timeout_seconds=timeout_s_sampler_manager``, 0.0)
-        and ``LearnerGroup.update(async_update=True)`` return at once when nothing is ready. So the
-        driver's thread polls whenever it is not doing the bookkeeping the loop does anyway: on
-        a crowded node, ``StockCosts.driver_poll_cores`` of a core of its node (measured by
-        ``benchmarks/driver_wait_loop.py``: a lower bound; 1.0 is the upper) in each quantum its thread is idle (while the thread works,
-        that work holds the core: :meth:`on_driver`; the loop never delays it)."""
+        and ``LearnerGroup.update(async_update=True)`` return at once when nothing is ready. So on a
+        crowded node the driver's thread wants ``StockCosts.driver_poll_cores`` of a core whenever it
+        is not doing the bookkeeping the loop does anyway (``benchmarks/appo_driver_loop.py``: the real
+        loop's main thread, timed with sleeping environments so nothing else wants the cores: 0.85;
+        the ``ray.wait`` call alone, ``benchmarks/driver_wait_loop.py``, takes 0.22). The thread blocks
+        briefly thousands of times a second (each pass's Ray calls), so the kernel hands it a core back
+        at once: its quanta, like its bookkeeping (:meth:`on_driver`), are ``urgent`` work on a
+        preemptive pool (:class:`~conduit.sim.resources.CpuPool`), which the CPU-bound EnvRunners and
+        the learner thread make room for."""
         from conduit.sim.deployed import SAMPLING_QUANTUM
 
         node = self.layout.driver_node
@@ -149,8 +155,8 @@ class AppoLoop:
         while not self._stop:
             if self.driver_thread.busy or duty == 0.0:
                 yield self.env.timeout(SAMPLING_QUANTUM)
-            else:  # the poll takes ``driver_poll_cores`` of a core (StockCosts; benchmarks/driver_wait_loop.py)
-                yield from self.cpu(node, duty * SAMPLING_QUANTUM)
+            else:  # the poll takes ``driver_poll_cores`` of a core (StockCosts; benchmarks/appo_driver_loop.py)
+                yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=True)
                 if duty < 1.0:
                     yield self.env.timeout((1.0 - duty) * SAMPLING_QUANTUM)
 

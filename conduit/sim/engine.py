@@ -214,6 +214,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         self.rec = Recorder()
         self.view = SimClusterView(self, memoize=memoize_view)
         self.driver_thread = FifoServer(self.env, 1)
+        self.driver_urgent = False  # set by loops whose driver thread polls (APPO on a crowded node)
         if self.deployed:
             self._deployed_setup()
         #: the stock route's driver-side calls by kind (``sample_result``, ``update_call``,
@@ -257,14 +258,16 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
                     f"memory of {lr.id} ({lr.device_tier}, {room:.3g} bytes) on topology {self.topology.name!r}"
                 )
 
-    def cpu(self, node: str, seconds: float) -> Generator:
-        return self.cpus[node].work(seconds)
+    def cpu(self, node: str, seconds: float, urgent: bool = False) -> Generator:
+        return self.cpus[node].work(seconds, urgent)
 
     def on_driver(self, seconds: float) -> Generator:
-        """Work on the driver's single Python thread (and a core of its node)."""
+        """Work on the driver's single Python thread (and a core of its node; first in the queue for
+        one when the driver's thread is a frequently waking poller, ``driver_urgent``: APPO on a
+        crowded node, :meth:`conduit.sim.appo.AppoLoop.appo_driver_spin`)."""
         yield self.driver_thread.acquire()
         try:
-            yield from self.cpu(self.layout.driver_node, seconds)
+            yield from self.cpu(self.layout.driver_node, seconds, self.driver_urgent)
         finally:
             self.driver_thread.release()
 

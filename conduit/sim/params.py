@@ -39,10 +39,14 @@ the shared machine do not inflate them). The parameter -> field of that file:
 * ``driver_bookkeeping`` = ``driver_bookkeeping_s`` (0.672 ms): ``MetricsLogger.aggregate`` of one
   real ``SingleAgentEnvRunner``'s ``get_metrics()`` (CPU time), the driver's work per EnvRunner result.
 
-* ``driver_poll_cores`` (0.22): the cores an idle APPO/IMPALA driver takes while its never-sleeping loop polls
-  (``ray.wait(timeout=0)`` on the pending sample requests, ``benchmarks/driver_wait_loop.py``, per-process CPU
-  time from /proc): a lower bound, since the rest of ``training_step``'s Python per idle pass is not in it;
-  1.0 (a whole core) is the upper bound. Used only on a node with fewer cores than processes.
+* ``driver_poll_cores`` (0.85): the cores an APPO/IMPALA driver's main thread wants while its never-sleeping
+  loop (``Algorithm._run_one_training_iteration`` -> ``IMPALA.training_step``) runs: the real loop on the
+  workload's APPO config with environments that sleep instead of computing, so that nothing else wants the
+  cores (``benchmarks/appo_driver_loop.py``; ``/proc/<pid>/task/<tid>/schedstat`` time on a CPU plus time
+  waiting for one, per wall second). The ``ray.wait(timeout=0)`` call alone takes 0.22
+  (``benchmarks/driver_wait_loop.py``); the rest is each pass's Python (metrics, the learner group's
+  async update, result handling). Used only on a node with fewer cores than processes, where the
+  thread gets its cores first (wake-up preemption: :class:`conduit.sim.resources.CpuPool`).
 
 Until this change ``connector_*``, ``to_tensor_*`` and ``driver_bookkeeping`` restated segments *c*,
 *d* and *a2* of ``shared/reference/rllib-2.60-stock-cpu.md`` (0.983 ms + 0.9 us/sample + 0.324
@@ -120,7 +124,7 @@ class StockCosts:
     buffer_sample_per_item: float = 149.4e-6
     buffer_update_priorities_per_call: float = 0.0
     buffer_update_priorities_per_item: float = 0.0
-    driver_poll_cores: float = 0.22
+    driver_poll_cores: float = 0.85  # benchmarks/appo_driver_loop.py (see the module doc)
 
     def sample_serialize(self, episodes: float, nbytes: float) -> float:
         """EnvRunner side of returning sampled episodes: pickling plus ``ray.put``'s copy of their

@@ -58,13 +58,17 @@ class FifoServer:
         self.queue: deque[simpy.Event] = deque()
         self._granted = _processed_event(env)
 
-    def acquire(self) -> simpy.Event:
-        """An event to yield that succeeds once a server is this caller's (already, if one is free)."""
+    def acquire(self, first: bool = False) -> simpy.Event:
+        """An event to yield that succeeds once a server is this caller's (already, if one is free);
+        ``first``: waiting at the head of the queue."""
         if self.busy < self.capacity:
             self.busy += 1
             return self._granted
         turn = self.env.event()
-        self.queue.append(turn)
+        if first:
+            self.queue.appendleft(turn)
+        else:
+            self.queue.append(turn)
         return turn  # the server is handed over with the event: busy is unchanged
 
     def release(self) -> None:
@@ -89,8 +93,31 @@ class FifoServer:
             self.busy -= 1
 
 
+class _Hold:
+    """One piece of work on a core of a :class:`CpuPool` that tracks who runs (see ``preemptive``)."""
+
+    __slots__ = ("owed", "paused", "urgent")
+
+    def __init__(self, urgent: bool):
+        self.urgent = urgent
+        self.owed = 0.0  # seconds urgent work took from this one's core
+        self.paused = False  # urgent work runs on its core now
+
+
 class CpuPool:
-    """The cores of one node: FIFO servers, with busy-time accounting."""
+    """The cores of one node: FIFO servers, with busy-time accounting.
+
+    **Wake-up preemption** (``preemptive``, off unless a loop turns it on: :meth:`enable_preemption`).
+    A thread that blocks briefly and often (APPO's never-sleeping driver loop: thousands of short Ray
+    calls a second) gets a core back at once when it wakes: the kernel preempts a CPU-bound thread for
+    it (``benchmarks/appo_driver_loop.py`` prints the driver's demand; on the validation workload
+    ``appo-cartpole-2r-1l`` the driver's thread waited 0.04 of a core for 0.81 on a CPU, each
+    EnvRunner 0.56 for 0.42, from ``/proc/<pid>/task/<tid>/schedstat``). ``urgent`` work models that:
+    with every core busy it starts at once on the core of the longest-running ordinary piece of work
+    not paused already, which is paused for as long (it ends that much later); when every core runs
+    urgent work it waits at the head of the queue for the next free core. Ordinary work is FIFO as
+    before.
+    """
 
     def __init__(self, env: simpy.Environment, node: str, cores: int, speed: float = 1.0):
         self.env = env
@@ -99,14 +126,52 @@ class CpuPool:
         self.speed = speed
         self._server = FifoServer(env, cores)
         self.busy_core_seconds = 0.0
+        self._running: dict[_Hold, None] | None = None  # preemptive pools: running work, oldest first
 
-    def work(self, core_seconds: float) -> Generator[Any, Any, None]:
-        """Run ``core_seconds`` of reference-core work on one core of this node."""
+    @property
+    def preemptive(self) -> bool:
+        return self._running is not None
+
+    def enable_preemption(self) -> None:
+        """Track running work so that ``urgent`` work can preempt it; call before any work starts."""
+        if self._running is None:
+            if self._server.busy:
+                raise RuntimeError(f"{self.node}: preemption must be enabled before work starts on its cores")
+            self._running = {}
+
+    def work(self, core_seconds: float, urgent: bool = False) -> Generator[Any, Any, None]:
+        """Run ``core_seconds`` of reference-core work on one core of this node (``urgent``: see the
+        class doc; only on a preemptive pool)."""
         if core_seconds <= 0:
             return
         seconds = core_seconds / self.speed
-        yield from self._server.hold(seconds)
+        if self._running is None:
+            if urgent:
+                raise RuntimeError(f"{self.node}: urgent work on a pool without preemption")
+            yield from self._server.hold(seconds)
+        else:
+            yield from self._tracked(seconds, urgent)
         self.busy_core_seconds += seconds
+
+    def _tracked(self, seconds: float, urgent: bool) -> Generator[Any, Any, None]:
+        running, server = self._running, self._server
+        if urgent and server.busy >= server.capacity:
+            victim = next((h for h in running if not (h.urgent or h.paused)), None)
+            if victim is not None:  # preempt it: this work runs now on its core, it ends later by as much
+                victim.owed += seconds
+                victim.paused = True
+                yield self.env.timeout(seconds)
+                victim.paused = False
+                return
+        hold = _Hold(urgent)
+        yield server.acquire(first=urgent)
+        running[hold] = None
+        yield self.env.timeout(seconds)
+        while hold.owed > 0:  # preempted meanwhile: the time it lost
+            owed, hold.owed = hold.owed, 0.0
+            yield self.env.timeout(owed)
+        del running[hold]
+        server.release()
 
 
 class ComputeEngine:
