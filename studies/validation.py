@@ -137,6 +137,7 @@ def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str =
             entry["latency"] = entry["per_item"] = float(wall[0])
         else:
             lat, rate, _ = fit_latency_bandwidth(entry["sizes"], wall)
+            rate *= (entry.get("extra") or {}).get("epochs_timed", 1)  # learner_update_call: per sample per epoch
             entry["latency"], entry["per_item"] = lat, 1.0 / rate
             if entry.get("unit") == "calls":  # n calls per sweep point: the slope is the per-call time
                 entry["latency"] = entry["per_item"]
@@ -175,7 +176,9 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
       ``replay_ratio`` = updates per round x ``total_train_batch_size`` / steps per round; ``min_size`` =
       ``num_steps_sampled_before_learning_starts``; ``replay_capacity`` from ``replay_buffer_config``;
     - the update primitive is RLlib's own ``Learner.update`` per minibatch (``learner_update``,
-      :func:`conduit.runtime.calibrate.measure_learner`; APPO: the learner thread's call); a local
+      :func:`conduit.runtime.calibrate.measure_learner`; APPO: the learner thread's call); PPO's is the
+      whole call of an iteration where measured (``learner_update_call``: the train batch with the
+      config's minibatches, epochs and shuffle, :func:`ppo_update_call`); a local
       learner (``num_learners=0``) the same with the driver's torch threads in wall-clock time
       (``learner_update_local``) when that was measured on a quiet machine (:func:`local_usable`);
     - DQN: the EnvRunner's ``get_metrics()`` rides in each sample call (``runner_metrics``), and the
@@ -210,8 +213,12 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     }
     if algo == "ppo":
         minibatch = int(cfg.minibatch_size or batch)
+        call = ppo_update_call(prims)
+        if call is not None:  # the whole Learner.update of an iteration: per sample per epoch, plus the call's own
+            fields.update(update_time_per_sample=float(call["per_item"]), update_overhead=float(call["latency"]))
+        else:  # an older calibration: per-minibatch calls only
+            fields.update(update_overhead=int(cfg.num_epochs) * math.ceil(batch / minibatch) * float(update["latency"]))
         fields.update(train_batch_per_learner=batch, epochs=int(cfg.num_epochs),
-                      update_overhead=int(cfg.num_epochs) * math.ceil(batch / minibatch) * float(update["latency"]),
                       value_pass_per_sample=float(prims["value_pass"]["per_item"]))
     elif algo == "appo":
         fields.update(train_batch_per_learner=batch, chunks_per_batch=max(1, math.ceil(batch / (fragment * envs))),
@@ -259,6 +266,14 @@ def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]
 
 #: a wall-clock primitive is used only when measured at a load average below this, per core
 QUIET_LOAD_PER_CORE = 1.0
+
+
+def ppo_update_call(prims: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """PPO's whole-call update primitive (``learner_update_call``: the train batch's ``Learner.update`` with
+    the config's minibatches and epochs, :func:`conduit.runtime.calibrate._ppo_update_call`), the local
+    learner's (``learner_update_call_local``) where :func:`local_usable` admitted it; None when the
+    calibration predates it."""
+    return prims.get("learner_update_call_local") or prims.get("learner_update_call")
 
 
 def local_learner_update(prims: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -354,6 +369,7 @@ def _median_of_runs(ms: Sequence[Any]) -> Any:
     walls = [statistics.median(m.extra["wall_medians"][i] for m in ms) for i in range(len(first.medians))] \
         if all("wall_medians" in m.extra for m in ms) else None
     lat, rate, _ = fit_latency_bandwidth(first.sizes, medians)
+    rate *= first.extra.get("epochs_timed", 1)  # learner_update_call: per sample per epoch
     m = replace(first, latency=lat, bandwidth=rate, medians=medians, samples=sum(x.samples for x in ms),
                 extra={**first.extra, **({"wall_medians": walls} if walls else {})})
     if m.unit == "calls":
@@ -665,9 +681,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if w.algo == "dqn":
             prims.update({kind: _primitive(calibration, kind, key, args.clock) for kind in DQN_DRIVER_PRIMITIVES
                           if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples")})
-        local = calibration.get("workload", {}).get(f"learner_update_local:{key}")
-        if int(cfg.num_learners or 0) == 0 and local_usable(local):
-            prims["learner_update_local"] = local
+        for kind in ("learner_update_call",) if w.algo == "ppo" else ():
+            if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples"):
+                prims[kind] = _primitive(calibration, kind, key, args.clock)
+        for kind in ("learner_update_local", "learner_update_call_local"):
+            local = calibration.get("workload", {}).get(f"{kind}:{key}")
+            if int(cfg.num_learners or 0) == 0 and local_usable(local):
+                prims[kind] = local
         stocks[name] = workload_stock(stock, w.algo, prims)
         workloads[name] = sim_workload(name, w.algo, cfg, prims, stocks[name])
     print("predicting ...", flush=True)

@@ -64,7 +64,14 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     assert torch.get_num_threads() == threads  # restored
     assert set(out) == {"env_runner:ppo-cartpole", "learner_update:ppo-cartpole", "value_pass:ppo-cartpole",
                         "weights:ppo-cartpole", "learner_update_proxy:ppo-cartpole",
-                        "learner_update_local:ppo-cartpole"}  # num_learners=0: also with the driver's threads
+                        "learner_update_call:ppo-cartpole",
+                        "learner_update_local:ppo-cartpole",  # num_learners=0: also with the driver's threads
+                        "learner_update_call_local:ppo-cartpole"}
+    # the whole call as PPO.training_step makes it: the config's minibatch size and all its epochs
+    call = out["learner_update_call:ppo-cartpole"]
+    assert call.extra["epochs_timed"] == 30 and call.extra["minibatch_size"] == 128
+    assert set(call.sizes) == {128, 256} and call.per_item > 0  # quick: 1 and 2 minibatches
+    assert out["learner_update_call_local:ppo-cartpole"].extra["epochs_timed"] == 30
     assert out["learner_update_local:ppo-cartpole"].extra["load_average"]  # wall clock: the load is recorded
     # RLlib's own PPOTorchLearner.update replaces the proxy (forward_train + a sum of its outputs)
     assert "PPOTorchLearner.update" in out["learner_update:ppo-cartpole"].note

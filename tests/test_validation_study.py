@@ -350,3 +350,28 @@ def test_a_local_learners_wall_clock_update_is_used_only_when_measured_quietly()
     prims = _prims()
     assert val.local_learner_update(prims) is prims["learner_update"]
     assert val.local_learner_update({**prims, "learner_update_local": quiet}) is quiet
+
+
+# ---------------------------------------------------------------- PPO: the whole update call
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(learners=st.integers(0, 1), minibatch=st.integers(16, 256), epochs=st.integers(1, 30), per_sample=times,
+       per_call=times, local_per_sample=times, local_per_call=times, per_minibatch=times)
+def test_ppo_update_is_the_whole_call_when_measured(learners, minibatch, epochs, per_sample, per_call,
+                                                    local_per_sample, local_per_call, per_minibatch):
+    """``learner_update_call`` (per sample per epoch + the call's fixed cost) replaces the per-minibatch
+    sum; a local learner's quiet wall-clock call wins over it; without either the per-minibatch sum stays."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cfg = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2).learners(num_learners=learners)
+           .training(train_batch_size_per_learner=1000, minibatch_size=minibatch, num_epochs=epochs))
+    base = _prims(update_call=per_minibatch)
+    call = {"per_item": per_sample, "latency": per_call, "samples": 9, "extra": {"epochs_timed": epochs}}
+    local = {"per_item": local_per_sample, "latency": local_per_call, "samples": 9, "extra": {"epochs_timed": epochs}}
+    old = val.sim_workload("w", "ppo", cfg, base, STOCK)
+    assert old.update_overhead == pytest.approx(epochs * math.ceil(1000 / minibatch) * per_minibatch)
+    wl = val.sim_workload("w", "ppo", cfg, {**base, "learner_update_call": call}, STOCK)
+    assert (wl.update_time_per_sample, wl.update_overhead) == (per_sample, per_call)
+    both = val.sim_workload("w", "ppo", cfg, {**base, "learner_update_call": call,
+                                              "learner_update_call_local": local}, STOCK)
+    assert (both.update_time_per_sample, both.update_overhead) == (local_per_sample, local_per_call)
+    assert wl.epochs == epochs and wl.train_batch_per_learner == 1000
