@@ -61,8 +61,8 @@ def _run(topology, workload, policy: str, iterations: int, memoize: bool):
 
 #: profile layers: (label, path fragments of the functions' files), first match wins
 LAYERS = (
-    ("flow network (network, maxmin, routing)", ("conduit/sim/network.py", "conduit/sim/maxmin.py",
-                                                 "conduit/sim/routing.py")),
+    ("flow network (network, flowclock, maxmin, routing)", ("conduit/sim/network.py", "conduit/sim/flowclock.py",
+                                                            "conduit/sim/maxmin.py", "conduit/sim/routing.py")),
     ("placement decision (policy, arbiter, view)", ("conduit/policies/", "conduit/plane/arbiter.py",
                                                     "conduit/sim/view.py", "conduit/view.py")),
     ("algorithm loops (ppo, appo, dqn, direct, engine)", ("conduit/sim/ppo.py", "conduit/sim/appo.py",

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from conduit.errors import ConduitError
 from conduit.sim import simulate_transfers
 from conduit.sim.maxmin import component, incidence, max_min_rates, progressive_filling_reference
-from conduit.sim.network import Network
+from conduit.sim.network import COMPLETION_RTOL, Network
 from conduit.sim.routing import Router
 from conduit.sim.transfers import run_transfers
 
@@ -507,11 +507,13 @@ def test_network_matches_a_naive_global_resolve(scenario):
     trace(graph, transfers)  # checks link totals and counts at every instant
 
 
-def solved_by(graph, transfers, component_solve: bool):
+def solved_by(graph, transfers, component_solve: bool, class_heaps: bool | None = None):
     """Completion times and the rates (by transfer index) after every step, with the network's
-    component-local re-solve on or off."""
+    component-local re-solve and its per-class heaps on or off (the heaps follow the re-solve unless
+    given)."""
     env = simpy.Environment()
-    net = Network(env, graph, component_solve=component_solve)
+    net = Network(env, graph, component_solve=component_solve,
+                  class_heaps=component_solve if class_heaps is None else class_heaps)
     xfers = {}
     for i, x in enumerate(transfers):
         env.timeout(x["start"]).callbacks.append(
@@ -527,10 +529,32 @@ def solved_by(graph, transfers, component_solve: bool):
 @given(st.one_of(scenarios(), busy_scenarios()))
 @settings(max_examples=150, deadline=None)
 def test_component_local_resolve_is_the_global_resolve_bit_for_bit(scenario):
-    """Re-solving only the components an instant's starts and ends touch (the default) gives every
-    flow the very rate, and every transfer the very completion time, of re-solving every class."""
+    """Re-solving only the components an instant's starts and ends touch and keeping the flows'
+    finishes in a heap per class (the defaults) give every flow the very rate, and every transfer the
+    very completion time, of re-solving every class and scanning every flow; so does either alone."""
     graph, transfers = scenario
-    assert solved_by(graph, transfers, True) == solved_by(graph, transfers, False)
+    reference = solved_by(graph, transfers, False)
+    assert solved_by(graph, transfers, True) == reference
+    assert solved_by(graph, transfers, True, class_heaps=False) == reference
+    assert solved_by(graph, transfers, False, class_heaps=True) == reference
+
+
+@given(st.one_of(scenarios(), busy_scenarios()))
+@settings(max_examples=100, deadline=None)
+def test_every_flow_is_sent_its_bytes_to_the_completion_tolerance(scenario):
+    """Flows of a class progress on the class's clock: integrating each flow's own rate history
+    (per-flow remaining-bytes bookkeeping) gives its size when it completes, to the completion
+    tolerance and the rounding of the sums."""
+    graph, transfers = scenario
+    _net, xfers, snapshots = trace(graph, transfers)
+    sent = dict.fromkeys(xfers, 0.0)
+    for (now, rates), (nxt, _) in itertools.pairwise(snapshots):
+        for x, r in rates.items():
+            sent[x] += r * (nxt - now)
+    rounding = 64 * np.finfo(float).eps * sum(float(x["bytes"]) for x in transfers)
+    for x in xfers:
+        if x.route.links.size and x.nbytes:
+            assert abs(sent[x] - x.nbytes) <= COMPLETION_RTOL * x.nbytes + rounding
 
 
 @st.composite

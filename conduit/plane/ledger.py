@@ -46,11 +46,18 @@ class ChunkLedger:
     def used(self, tier: str) -> float:
         return float(sum(self._residents.get(tier, {}).values()))
 
+    def _tier(self, tier: str) -> OrderedDict[Hashable, float]:
+        """The residents of ``tier`` (an empty book made on first use)."""
+        residents = self._residents.get(tier)
+        if residents is None:
+            residents = self._residents[tier] = OrderedDict()
+        return residents
+
     # ------------------------------------------------------------------ recording (after the fact)
     def placed(self, chunk_id: Hashable, tier: str, nbytes: float, t: float) -> None:
         """The chunk's bytes were written into ``tier``."""
         self._location[chunk_id] = tier
-        self._residents.setdefault(tier, OrderedDict())[chunk_id] = nbytes
+        self._tier(tier)[chunk_id] = nbytes
         if self.auditor is not None:
             self.auditor.placed(chunk_id, tier, int(nbytes), t)
 
@@ -58,7 +65,7 @@ class ChunkLedger:
         """A restarted plane took the chunk over where a durable tier still holds its bytes (no
         event: the recovered audit still has it placed there)."""
         self._location[chunk_id] = tier
-        self._residents.setdefault(tier, OrderedDict())[chunk_id] = nbytes
+        self._tier(tier)[chunk_id] = nbytes
 
     def carried(self, chunk_id: Hashable, tier: str) -> None:
         """The chunk's rows were written straight into batches at ``tier`` (the learner's): it is
@@ -68,11 +75,14 @@ class ChunkLedger:
 
     def moved(self, chunk_id: Hashable, dst: str, nbytes: float, t: float) -> None:
         """The chunk's bytes moved from its tier to ``dst`` (the source copy is gone)."""
-        src = self._location.get(chunk_id)
+        location = self._location
+        src = location.get(chunk_id)
         if src is not None:
-            self._residents.get(src, {}).pop(chunk_id, None)
-        self._location[chunk_id] = dst
-        self._residents.setdefault(dst, OrderedDict())[chunk_id] = nbytes
+            residents = self._residents.get(src)
+            if residents is not None:
+                residents.pop(chunk_id, None)
+        location[chunk_id] = dst
+        self._tier(dst)[chunk_id] = nbytes
         if self.auditor is not None:
             self.auditor.moved(chunk_id, src if src is not None else dst, dst, int(nbytes), t)
 

@@ -135,8 +135,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
 
     ``fast=False`` turns off the engine's other exact fast paths, for the same comparison: env-step
     times drawn a block ahead (:meth:`_draws`), moves and placements that fit done without a
-    process step (:meth:`move_now`, :meth:`place_now`), and the network re-solving only the
-    components an instant's flow starts and ends touch (``Network(component_solve=...)``)."""
+    process step (:meth:`move_now`, :meth:`place_now`), the network re-solving only the
+    components an instant's flow starts and ends touch (``Network(component_solve=...)``) and
+    keeping its flows' finishes in a heap per route class (``Network(class_heaps=...)``)."""
 
     def __init__(
         self,
@@ -188,7 +189,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         self.fast = fast
         self.batch_draws = fast and workload.algorithm != "dqn"
         self._draw_block, self._draw_at = np.zeros(0), 0
-        self.network = Network(self.env, topology.graph, component_solve=fast)
+        self.network = Network(self.env, topology.graph, component_solve=fast, class_heaps=fast)
         self.cpus = {
             node: CpuPool(self.env, node, sum(c.get("cores", 1) for c in topology.devices_of("cpu", node)) or 1,
                           float(next((c.get("cpu_speed", 1.0) for c in topology.devices_of("cpu", node)), 1.0)))

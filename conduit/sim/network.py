@@ -13,12 +13,15 @@ The model, in the tradition of SimGrid's flow-level network models:
   completes at once; one of 0 bytes completes after its route's latency.
 
 How it is simulated. Nothing happens between flow starts and ends, so the
-network keeps no per-byte state, only each flow's rate and its remaining bytes
-as of the last time its rate changed (``t_last``); progress is advanced lazily,
-vectorised, ``remaining -= (now - t_last) * rate``, when a flow's rate is about
-to change. All starts and ends at one instant are batched into a single
-re-solve at that instant, run by a zero-delay event queued behind every event
-already due then.
+network keeps no per-byte state. All starts and ends at one instant are batched
+into a single re-solve at that instant, run by a zero-delay event queued behind
+every event already due then. Progress is kept per route class, not per flow
+(see :mod:`.flowclock`): the flows of a class share one rate, so one virtual
+clock per class (the bytes each of its flows has been served since the class
+last had no flow) gives every flow's remaining bytes, and a class's next
+completion is that of its flow with the smallest finishing virtual bytes (a
+heap per class). A re-rate advances the clocks of the classes whose rate
+changed, whatever the number of their flows.
 
 *Route classes.* Flows with the same endpoints cross the same links, so max-min
 fairness gives them the same rate. The solver therefore works on classes, one
@@ -37,14 +40,14 @@ the vectorised bottleneck algorithm: it fixes every local bottleneck of every
 component in the same round, so independent components cost no extra rounds,
 and the arithmetic of each component is the same as if it were solved alone,
 so a class whose component did not change gets bit for bit its old rate. Only
-flows whose class rate changed (and the new ones) have their progress advanced
-and their finish re-predicted; every other flow keeps its predicted finish
-time, exactly as a component-local re-solve would leave it. The solve runs on compact numberings of the classes and links in use
+classes whose rate changed have their clock advanced and their next finish
+re-predicted; every other class keeps its predicted finish, exactly as a
+component-local re-solve would leave it. The solve runs on compact numberings of the classes and links in use
 (incidence entries are kept incrementally and compacted when classes empty),
 so its cost follows the active flows, not the size of the fabric.
 
 SimPy cannot cancel an event, so the network keeps a single completion timer
-for the earliest predicted finish over all flows. Each time it is armed it gets
+for the earliest predicted finish over all flows (over the classes' next finishes). Each time it is armed it gets
 a new epoch number; a timer that fires with an old epoch is stale and does
 nothing. When the timer fires, every flow whose remaining bytes are within a
 relative epsilon of zero completes, which absorbs floating-point crumbs.
@@ -72,6 +75,7 @@ import simpy
 
 from conduit.errors import ConduitError, TopologyError
 from conduit.sim import maxmin
+from conduit.sim.flowclock import FlowClocks, HeapClocks, ScanClocks
 from conduit.sim.routing import Route, Router
 
 #: Re-solves that skip the component search after it found one component holding every class.
@@ -163,11 +167,16 @@ class Network:
     rate, summed; over ``resolves`` it is the mean number of flows re-rated).
     """
 
-    def __init__(self, env: simpy.Environment, graph: nx.Graph, *, component_solve: bool = True) -> None:
+    def __init__(self, env: simpy.Environment, graph: nx.Graph, *, component_solve: bool = True,
+                 class_heaps: bool = True) -> None:
         self.env = env
         #: re-solve only the components an instant's starts and ends touch (exact; False: every
         #: active class at every re-solve, the reference)
         self.component_solve = component_solve
+        #: flows' finishes kept per class in heaps (exact; False: every active flow scanned at every
+        #: query, the reference); see :mod:`.flowclock`
+        self.class_heaps = class_heaps
+        self._clocks: FlowClocks = HeapClocks() if class_heaps else ScanClocks()
         self._whole_left = 0  # re-solves left that solve every class without a component search
         self.router = Router(graph)
         bandwidth, latency = [], []
@@ -205,14 +214,13 @@ class Network:
         self._c_latency: list[float] = [0.0]
         self._c_mult: list[int] = [0]  # active flows in the class
         self._c_local: list[int] = [0]  # listed id (0: not listed)
-        self._local_of = np.zeros(8, dtype=np.intp)  # the same, as an array
         self._c_bytes: list[float] = [0.0]  # bytes the class's completed flows sent
 
         # Listed classes: those whose incidence entries are kept for the solver,
         # numbered compactly from 1 (0 is a dummy that never has a flow).
         self._l_mult = np.zeros(8)
         self._l_rate = np.zeros(8)  # the rate the class's flows have now
-        self._l_gid: list[int] = [0]
+        self._l_gid = np.zeros(8, dtype=np.intp)  # the class of each listed id
         self._l_free: list[int] = []
         self._n_l = 1
         self._unlisted: set[int] = set()  # active classes not listed (each alone on its links)
@@ -228,16 +236,9 @@ class Network:
         self._ent_c = np.zeros(0, dtype=np.intp)
         self._ent_k = np.zeros(0, dtype=np.intp)
 
-        # Flows live in slots; the arrays grow by doubling, freed slots are reused.
+        # Flows live in slots (their progress in ``_clocks``); freed slots are reused.
         self._xfer: list[Transfer | None] = []
         self._free: list[int] = []
-        self._rate = np.zeros(0)
-        self._remaining = np.zeros(0)
-        self._nbytes = np.zeros(0)
-        self._tol = np.zeros(0)  # COMPLETION_RTOL * nbytes; -1 for free slots
-        self._t_last = np.zeros(0)
-        self._t_finish = np.zeros(0)  # predicted finish; inf for free slots
-        self._slot_cls = np.zeros(0, dtype=np.intp)
 
         self._starting: list[Transfer] = []  # began sharing bandwidth, not yet solved
         self._ended: list[int] = []  # classes of flows that ended, not yet solved
@@ -277,7 +278,8 @@ class Network:
 
     def active_rates(self) -> dict[Transfer, float]:
         """The current rate (bytes/s) of every transfer sharing bandwidth."""
-        return {x: float(self._rate[i]) for i, x in enumerate(self._xfer) if x is not None}
+        rate, cls = self._clocks.rate, self._clocks.cls
+        return {x: float(rate[cls[i]]) for i, x in enumerate(self._xfer) if x is not None}
 
     def link_rates(self) -> np.ndarray:
         """Total rate (bytes/s) of the flows on each directed link now (read-only view).
@@ -302,9 +304,10 @@ class Network:
         now = self.env.now
         carried = np.zeros(self._n_links + 1)
         sent = dict(enumerate(self._c_bytes))
-        live = np.flatnonzero(self._slot_cls)
-        progress = self._nbytes[live] - (self._remaining[live] - (now - self._t_last[live]) * self._rate[live])
-        for cls, nbytes in zip(self._slot_cls[live].tolist(), progress.tolist()):
+        clocks = self._clocks
+        live = clocks.live_slots()
+        progress = clocks.nbytes[live] - clocks.remaining(live, now)
+        for cls, nbytes in zip(clocks.cls[live].tolist(), progress.tolist()):
             sent[cls] += nbytes
         for cls, nbytes in sent.items():
             if nbytes:
@@ -328,6 +331,8 @@ class Network:
     def _new_class(self, src: Hashable, dst: Hashable) -> int:
         route = self.router.route(src, dst)
         cls = len(self._c_route)
+        if self._clocks.add_class() != cls:
+            raise AssertionError("flow clocks and route classes out of step")
         self._c_route.append(route)
         self._c_links.append(tuple(route.links.tolist()))
         self._c_solo.append(float(self.bandwidth[route.links].min()) if route.links.size else math.inf)
@@ -335,8 +340,6 @@ class Network:
         self._c_mult.append(0)
         self._c_local.append(0)
         self._c_bytes.append(0.0)
-        if cls >= self._local_of.size:
-            self._local_of = _grown(self._local_of, cls + 1, 0)
         self._class_of[(src, dst)] = cls
         return cls
 
@@ -354,10 +357,9 @@ class Network:
                 if lid >= self._l_mult.size:
                     self._l_mult = _grown(self._l_mult, lid + 1, 0.0)
                     self._l_rate = _grown(self._l_rate, lid + 1, 0.0)
-                self._l_gid.append(0)
+                    self._l_gid = _grown(self._l_gid, lid + 1, 0)
             self._l_gid[lid] = cls
             self._c_local[cls] = lid
-            self._local_of[cls] = lid
             self._l_mult[lid] = self._c_mult[cls]
             self._l_rate[lid] = self._c_solo[cls]  # unlisted active classes are alone on their links
             for link in self._c_links[cls]:
@@ -387,10 +389,9 @@ class Network:
         self._ent_k = self._ent_k[keep]
         k_of, k_users = self._k_of, self._k_users
         for lid in sorted(self._dead):
-            cls = self._l_gid[lid]
+            cls = int(self._l_gid[lid])
             self._l_gid[lid] = 0
             self._c_local[cls] = 0
-            self._local_of[cls] = 0
             self._l_rate[lid] = 0.0
             self._l_free.append(lid)
             for link in self._c_links[cls]:
@@ -462,18 +463,17 @@ class Network:
         now = self.env.now
         count, c_links, c_mult, c_local = self._count, self._c_links, self._c_mult, self._c_local
         since = self._busy_since
+        clocks = self._clocks
         admitted = []
         for xfer in starting:
             slot = self._alloc()
             cls = xfer._cls
             self._xfer[slot] = xfer
+            if not c_mult[cls]:  # the class's clock starts at the rate the solver has for it now
+                lid = c_local[cls]
+                clocks.start_epoch(cls, now, float(self._l_rate[lid]) if lid else self._c_solo[cls])
             nbytes = float(xfer.nbytes)
-            self._nbytes[slot] = nbytes
-            self._tol[slot] = COMPLETION_RTOL * nbytes
-            self._remaining[slot] = nbytes
-            self._rate[slot] = 0.0
-            self._t_last[slot] = now
-            self._slot_cls[slot] = cls
+            clocks.join(slot, cls, nbytes, COMPLETION_RTOL * nbytes, now)
             for link in c_links[cls]:
                 if not count[link]:
                     since[link] = now
@@ -495,10 +495,9 @@ class Network:
         now = self.env.now
         for cls in ended:
             self._link_rate[self._c_route[cls].links] = 0.0
-        for slot, cls in started:
+        for _slot, cls in started:
             rate = self._c_solo[cls]
-            self._rate[slot] = rate
-            self._t_finish[slot] = now + self._remaining[slot] / rate
+            self._clocks.set_rate(cls, rate, now)
             lid = self._c_local[cls]
             if lid:
                 self._l_rate[lid] = rate
@@ -508,7 +507,7 @@ class Network:
             self.resolved_flows += len(started)
 
     def _resolve(self, started: list[tuple[int, int]], ended: list[int]) -> None:
-        """Re-solve every active class; re-rate the flows whose class rate changed."""
+        """Re-solve every active class; advance the clocks of the classes whose rate changed."""
         now = self.env.now
         for cls in ended:
             if not self._c_local[cls]:  # an unlisted class was alone: nobody else re-rates its links
@@ -531,22 +530,15 @@ class Network:
         changed = new != self._l_rate[:n_l]
         self._l_rate[:n_l] = new
 
-        # Flows: advance the ones whose rate changes (and the new ones, at rate 0 so far).
-        local = self._local_of[self._slot_cls]
-        mark = changed[local]
-        for slot, _cls in started:
-            mark[slot] = True
-        flows = mark.nonzero()[0]
-        if flows.size:
-            rem = self._remaining[flows] - (now - self._t_last[flows]) * self._rate[flows]
-            np.maximum(rem, 0.0, out=rem)
-            rate = new[local[flows]]
-            self._remaining[flows] = rem
-            self._t_last[flows] = now
-            self._rate[flows] = rate
-            self._t_finish[flows] = now + rem / rate
+        # Classes: advance the clocks of those with flows whose rate changes.
+        lids = np.flatnonzero(changed & (l_mult > 0))
+        if lids.size:
+            self._clocks.rerate(self._l_gid[lids], new[lids], now)
+        c_local = self._c_local
+        rerated = int(l_mult[lids].sum()) + sum(1 for _slot, cls in started if not changed[c_local[cls]])
+        if rerated:
             self.resolves += 1
-            self.resolved_flows += flows.size
+            self.resolved_flows += rerated
 
         # Links: the total on every listed link (emptied ones included; free ids hit the sentinel).
         self._link_rate[self._k_glob[: self._n_k]] = np.bincount(
@@ -591,16 +583,12 @@ class Network:
             new = max(8, 2 * old)
             self._xfer += [None] * (new - old)
             self._free = list(range(new - 1, old - 1, -1))
-            for name in ("_rate", "_remaining", "_nbytes", "_t_last"):
-                setattr(self, name, _grown(getattr(self, name), new, 0.0))
-            self._tol = _grown(self._tol, new, -1.0)
-            self._t_finish = _grown(self._t_finish, new, math.inf)
-            self._slot_cls = _grown(self._slot_cls, new, 0)
+            self._clocks.grow_slots(new)
         return self._free.pop()
 
     def _arm(self) -> None:
         """Point the completion timer at the earliest predicted finish."""
-        t_next = float(self._t_finish.min()) if self._t_finish.size else math.inf
+        t_next = self._clocks.next_finish()
         if t_next == self._armed_at:
             return
         self._epoch += 1
@@ -616,24 +604,22 @@ class Network:
             return  # stale: rates changed after this timer was armed
         self._armed_at = None
         now = self.env.now
-        t_finish = self._t_finish
-        left = self._remaining - (now - self._t_last) * self._rate
-        done = (t_finish <= now) | (left <= self._tol)  # free slots: inf and -1, never done
-        slots = done.nonzero()[0].tolist()
+        clocks = self._clocks
+        slots, lefts = clocks.finished(now)
         if not slots:
             self._arm()
             return
         count, c_links, c_mult, c_local = self._count, self._c_links, self._c_mult, self._c_local
         busy, since = self._busy_s, self._busy_since
+        slot_cls, nbytes = clocks.cls[slots].tolist(), clocks.nbytes[slots].tolist()
         finished = []
-        for slot in slots:
-            cls = int(self._slot_cls[slot])
+        for slot, cls, size, left in zip(slots, slot_cls, nbytes, lefts):
             for link in c_links[cls]:
                 count[link] -= 1
                 if not count[link]:
                     busy[link] += now - since[link]
             c_mult[cls] -= 1
-            self._c_bytes[cls] += float(self._nbytes[slot] - left[slot])  # what it sent, crumbs included
+            self._c_bytes[cls] += size - left  # what it sent, crumbs included
             lid = c_local[cls]
             if lid:
                 self._l_mult[lid] = c_mult[cls]
@@ -642,13 +628,9 @@ class Network:
             elif not c_mult[cls]:
                 self._unlisted.discard(cls)
             self._ended.append(cls)
-            t_finish[slot] = math.inf
-            self._rate[slot] = 0.0
-            self._remaining[slot] = 0.0
-            self._tol[slot] = -1.0
-            self._slot_cls[slot] = 0
             finished.append(self._xfer[slot])
             self._xfer[slot] = None
+        clocks.release(slots)
         self._free.extend(reversed(slots))
         for xfer in finished:
             self._complete(xfer)
