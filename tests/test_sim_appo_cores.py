@@ -56,3 +56,23 @@ def test_a_lighter_poll_leaves_cores_to_sampling_and_training(policy):
     times = [runs[p][1].metrics["iteration_time_s"] for p in sorted(runs)]
     assert times[0] <= times[1] * (1 + 1e-9) and times[1] <= times[2] * (1 + 1e-9)
     assert all(r.audit.violations == 0 for _, r in runs.values())
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_a_stalled_run_on_a_crowded_node_ends_as_stalled(cores):
+    """The driver's never-ending loop must not keep a stalled run alive: with HBM too small for the
+    working set under ``all-gpu``, placements wait for room that never comes, and the run ends with the
+    stall report instead of polling forever (found by test_sim_speed's capacity-pressure scenarios)."""
+    from conduit.errors import ConduitError
+
+    envs, frag, bps, per = 4, 16, 100_000, 8
+    chunk = envs * frag * bps
+    wl = load_workload({"base": "appo", "envs_per_runner": envs, "fragment_length": frag, "bytes_per_step": bps,
+                        "runners_per_gpu": 3, "env_step_cv": 0.3, "chunks_per_batch": per, "max_lag": 2,
+                        "max_reuse": 1, "broadcast_interval": 1})
+    topo = topology_from_dict(tiny_topology_dict(2, 2, chunk * per * 1.05, host=1000 * chunk, pinned=300 * chunk,
+                                                 cores=cores, pcie="4 GB/s"))
+    sim = Simulation(topo, wl, create_policy("all-gpu"), iterations=4, seed=1)
+    assert sim._crowded_nodes()[sim.layout.driver_node]
+    with pytest.raises(ConduitError, match="stalled"):
+        sim.run()

@@ -147,13 +147,19 @@ class AppoLoop:
         briefly thousands of times a second (each pass's Ray calls), so the kernel hands it a core back
         at once: its quanta, like its bookkeeping (:meth:`on_driver`), are ``urgent`` work on a
         preemptive pool (:class:`~conduit.sim.resources.CpuPool`), which the CPU-bound EnvRunners and
-        the learner thread make room for."""
+        the learner thread make room for. While the node's cores are idle the loop takes nothing from
+        anyone, so it waits for work to arrive there (:meth:`~conduit.sim.resources.CpuPool.work_arrives`)
+        rather than polling the event queue forever: a run that stalls (placements waiting for room
+        that never comes) still ends and is reported as stalled."""
         from conduit.sim.deployed import SAMPLING_QUANTUM
 
         node = self.layout.driver_node
+        pool = self.cpus[node]
         duty = min(1.0, max(0.0, self.stock.driver_poll_cores))
         while not self._stop:
-            if self.driver_thread.busy or duty == 0.0:
+            if pool.idle and not self.driver_thread.busy:  # nobody else wants a core: nothing to take from
+                yield pool.work_arrives()
+            elif self.driver_thread.busy or duty == 0.0:
                 yield self.env.timeout(SAMPLING_QUANTUM)
             else:  # the poll takes ``driver_poll_cores`` of a core (StockCosts; benchmarks/appo_driver_loop.py)
                 yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=True)

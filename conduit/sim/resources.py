@@ -127,6 +127,7 @@ class CpuPool:
         self._server = FifoServer(env, cores)
         self.busy_core_seconds = 0.0
         self._running: dict[_Hold, None] | None = None  # preemptive pools: running work, oldest first
+        self._arrivals: list[simpy.Event] = []  # preemptive pools: who waits for work to arrive at an idle pool
 
     @property
     def preemptive(self) -> bool:
@@ -138,6 +139,22 @@ class CpuPool:
             if self._server.busy:
                 raise RuntimeError(f"{self.node}: preemption must be enabled before work starts on its cores")
             self._running = {}
+
+    @property
+    def idle(self) -> bool:
+        """No core runs or waits for work."""
+        return self._server.busy == 0
+
+    def work_arrives(self) -> simpy.Event:
+        """An event that succeeds when work next arrives at this (preemptive) pool. A background load
+        that only matters when it competes (APPO's spinning driver loop) waits on it while the pool is
+        idle, instead of keeping the event queue alive: a run whose other processes all wait on
+        something that never comes still ends, and is reported as stalled."""
+        if self._running is None:
+            raise RuntimeError(f"{self.node}: work_arrives on a pool without preemption")
+        event = self.env.event()
+        self._arrivals.append(event)
+        return event
 
     def work(self, core_seconds: float, urgent: bool = False) -> Generator[Any, Any, None]:
         """Run ``core_seconds`` of reference-core work on one core of this node (``urgent``: see the
@@ -155,6 +172,10 @@ class CpuPool:
 
     def _tracked(self, seconds: float, urgent: bool) -> Generator[Any, Any, None]:
         running, server = self._running, self._server
+        if self._arrivals:
+            arrivals, self._arrivals = self._arrivals, []
+            for event in arrivals:
+                event.succeed()
         if urgent and server.busy >= server.capacity:
             victim = next((h for h in running if not (h.urgent or h.paused)), None)
             if victim is not None:  # preempt it: this work runs now on its core, it ends later by as much
