@@ -44,8 +44,9 @@ import math
 import numpy as np
 
 
-def _grown(array: np.ndarray, size: int, fill: float) -> np.ndarray:
-    """``array`` extended to at least ``size`` elements (doubling), new ones ``fill``."""
+def grown(array: np.ndarray, size: int, fill: float) -> np.ndarray:
+    """``array`` extended to at least ``size`` elements (doubling), new ones ``fill`` (the flow clocks'
+    arrays and the network's link and class arrays)."""
     new = max(8, 2 * array.size)
     while new < size:
         new *= 2
@@ -79,16 +80,16 @@ class FlowClocks:
         self.n_classes += 1
         if cls >= self.served.size:
             for name in ("served", "since", "rate", "maxtol"):
-                setattr(self, name, _grown(getattr(self, name), cls + 1, 0.0))
+                setattr(self, name, grown(getattr(self, name), cls + 1, 0.0))
             self._grew_classes(cls + 1)
         return cls
 
     def grow_slots(self, size: int) -> None:
         """Room for ``size`` slots."""
-        self.vfinish = _grown(self.vfinish, size, 0.0)
-        self.nbytes = _grown(self.nbytes, size, 0.0)
-        self.tol = _grown(self.tol, size, -1.0)
-        self.cls = _grown(self.cls, size, 0)
+        self.vfinish = grown(self.vfinish, size, 0.0)
+        self.nbytes = grown(self.nbytes, size, 0.0)
+        self.tol = grown(self.tol, size, -1.0)
+        self.cls = grown(self.cls, size, 0)
 
     def _grew_classes(self, size: int) -> None:
         """Hook: per-class arrays of a subclass."""
@@ -203,8 +204,8 @@ class HeapClocks(FlowClocks):
         return cls
 
     def _grew_classes(self, size: int) -> None:
-        self.vmin = _grown(self.vmin, size, math.inf)
-        self.next = _grown(self.next, size, math.inf)
+        self.vmin = grown(self.vmin, size, math.inf)
+        self.next = grown(self.next, size, math.inf)
 
     def _joined(self, slot: int, cls: int, vfinish: float) -> None:
         heap = self._heaps[cls]

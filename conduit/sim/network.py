@@ -75,7 +75,7 @@ import simpy
 
 from conduit.errors import ConduitError, TopologyError
 from conduit.sim import maxmin
-from conduit.sim.flowclock import FlowClocks, HeapClocks, ScanClocks
+from conduit.sim.flowclock import FlowClocks, HeapClocks, ScanClocks, grown
 from conduit.sim.routing import Route, Router
 
 #: Re-solves that skip the component search after it found one component holding every class.
@@ -148,14 +148,6 @@ def _edge_attribute(u: Hashable, v: Hashable, data: dict, name: str, unit: str, 
         bound = "> 0" if positive else ">= 0"
         raise TopologyError("<graph>", field, f"must be a finite number {bound} in {unit}, got {value!r}")
     return value
-
-
-def _grown(array: np.ndarray, size: int, fill: float) -> np.ndarray:
-    """``array`` extended to at least ``size`` elements (doubling), new ones ``fill``."""
-    new = max(8, 2 * array.size)
-    while new < size:
-        new *= 2
-    return np.concatenate([array, np.full(new - array.size, fill, dtype=array.dtype)])
 
 
 class Network:
@@ -355,9 +347,9 @@ class Network:
                 lid = self._n_l
                 self._n_l += 1
                 if lid >= self._l_mult.size:
-                    self._l_mult = _grown(self._l_mult, lid + 1, 0.0)
-                    self._l_rate = _grown(self._l_rate, lid + 1, 0.0)
-                    self._l_gid = _grown(self._l_gid, lid + 1, 0)
+                    self._l_mult = grown(self._l_mult, lid + 1, 0.0)
+                    self._l_rate = grown(self._l_rate, lid + 1, 0.0)
+                    self._l_gid = grown(self._l_gid, lid + 1, 0)
             self._l_gid[lid] = cls
             self._c_local[cls] = lid
             self._l_mult[lid] = self._c_mult[cls]
@@ -371,8 +363,8 @@ class Network:
                         k = self._n_k
                         self._n_k += 1
                         if k >= self._k_glob.size:
-                            self._k_glob = _grown(self._k_glob, k + 1, self._n_links)
-                            self._k_cap = _grown(self._k_cap, k + 1, 1.0)
+                            self._k_glob = grown(self._k_glob, k + 1, self._n_links)
+                            self._k_cap = grown(self._k_cap, k + 1, 1.0)
                     k_of[link] = k
                     self._k_glob[k] = link
                     self._k_cap[k] = self.bandwidth[link]
