@@ -104,6 +104,12 @@ class PlaneFullError(ConduitError, TimeoutError):
     Nothing was ingested; the caller still owns the chunk and may retry."""
 
 
+class FlushTimeout(ConduitError, TimeoutError):
+    """An EnvRunner's sent chunks were not all acknowledged by the plane within the flush's deadline
+    (the plane is stuck or unreachable). Nothing was dropped: the sender still holds every
+    unacknowledged chunk and keeps sending it."""
+
+
 class DuplicateChunkError(ConduitError):
     """A chunk id the plane already has (or had recently): nothing was ingested.
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -885,6 +887,38 @@ def test_env_runner_streams_ppo_sub_chunks_and_returns_a_ticket():
     assert len(rebuilt) == 1 and len(rebuilt[0]) == 100 and rebuilt[0].t_started == 0
     np.testing.assert_array_equal(rebuilt[0].get_observations(slice(0, 101)), episode.get_observations(slice(0, 101)))
     assert runner.conduit_flush() == 100
+
+
+class _StuckCluster(_RecordingCluster):
+    """A plane that does not answer until ``release`` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+
+    def ingest_async(self, payload, **kw):
+        self.release.wait(30)
+        return super().ingest_async(payload, **kw)
+
+
+def test_env_runner_flush_honours_its_deadline_and_loses_nothing():
+    """A checkpoint's flush (``conduit_flush``) past its deadline raises FlushTimeout; the chunks stay
+    with the sender, and once the plane answers a second flush finds every one of them delivered."""
+    from conduit.errors import FlushTimeout
+
+    plan = _plan(enable(_ppo(train_batch_size_per_learner=200).env_runners(num_env_runners=2), chunk_steps=30))
+    spaces = _spaces(False)
+    runner = _runner(plan, _episode(np.random.default_rng(8), "long", 300, "cut", image=False, spaces=spaces), 100)
+    cluster = _StuckCluster()
+    runner.conduit_attach(cluster, trajectory_schema(*spaces, N_ACTIONS), "learner0")
+    runner.sample()
+    t0 = time.monotonic()
+    with pytest.raises(FlushTimeout, match="not yet sent"):
+        runner.conduit_flush(timeout=0.2)
+    assert time.monotonic() - t0 < 5 and cluster.chunks == []
+    cluster.release.set()
+    assert runner.conduit_flush(timeout=30) == 100
+    assert [c["id"] for c in cluster.chunks] == ["r1-0", "r1-1", "r1-2", "r1-3"]
 
 
 def test_env_runner_streams_sub_chunks_of_a_given_target_chunk_bytes():

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from conduit.errors import ConduitError
+from conduit.errors import ConduitError, FlushTimeout
 from conduit.runtime.rllib.layout import TRAJECTORY, TransitionPacker, pack_trajectories
 from conduit.runtime.rllib.plan import Plan
 
@@ -110,7 +110,7 @@ class ConduitEnvRunnerMixin:
         """``algo.stop()``: what the sender still holds goes to the plane before the runner ends."""
         if getattr(self, "_cd_sender", None) is not None:
             with contextlib.suppress(Exception):  # the plane may be gone already; stopping must not fail
-                self._cd_sender.flush()
+                self.conduit_flush()
         if getattr(self, "_cd_cluster", None) is not None and self.worker_index == 0:
             # the driver's local runner: the algorithm is stopping (Algorithm.cleanup stops the EnvRunners
             # after the learners), so its plane actors end too, final audit recorded (callbacks.stop_plane)
@@ -124,10 +124,17 @@ class ConduitEnvRunnerMixin:
                 logging.getLogger("conduit.runtime.rllib").warning("could not stop the plane: %r", exc)
         super().stop()
 
-    def conduit_flush(self) -> int:
-        """Wait until every chunk this runner sent is in the plane; returns the steps sent so far."""
+    def conduit_flush(self, timeout: float | None = None) -> int:
+        """Wait until every chunk this runner sent is in the plane; returns the steps sent so far.
+
+        ``timeout`` (default: the plan's ``ingest_timeout`` plus ``restart_timeout``, the longest one
+        chunk may wait for room and for a restarted plane) bounds the whole wait: past it,
+        :class:`~conduit.errors.FlushTimeout`, with every unacknowledged chunk still held and sent."""
         if self._cd_sender is not None:
-            self._cd_sender.flush()
+            if timeout is None:
+                o = self.conduit_plan.options
+                timeout = float(o.get("ingest_timeout", 120.0)) + float(o.get("restart_timeout", 120.0))
+            self._cd_sender.flush(timeout)
         return self._cd_steps
 
 
@@ -167,9 +174,22 @@ class _Sender:
         if self.error is not None:
             raise self.error
 
-    def flush(self) -> None:
-        self.queue.join()
-        self._settle(leave=0)
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until the thread has sent everything queued and the plane acknowledged every chunk,
+        within ``timeout`` seconds in all (None: no deadline); past it, :class:`FlushTimeout`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        done = self.queue.all_tasks_done
+        with done:
+            while self.queue.unfinished_tasks:
+                if left() == 0.0:
+                    raise FlushTimeout(f"EnvRunner {self.runner.worker_index}: {self.queue.unfinished_tasks} sample "
+                                       f"call(s) not yet sent to the plane after {timeout:.3g} s")
+                done.wait(left())
+        self._settle(leave=0, timeout=left())
         self.check()
 
     def _run(self) -> None:
@@ -243,18 +263,23 @@ class _Sender:
             self.resend[ref] = (payload, kw)
             self._settle(leave=MAX_IN_FLIGHT)
 
-    def _settle(self, *, leave: int) -> None:
-        """Wait until at most ``leave`` chunks are unacknowledged; a refused chunk raises here."""
+    def _settle(self, *, leave: int, timeout: float | None = None) -> None:
+        """Wait until at most ``leave`` chunks are unacknowledged (within ``timeout`` seconds, None: no
+        deadline; past it, :class:`FlushTimeout` with the rest still held); a refused chunk raises here."""
         import ray
 
         with self.acks:
             if len(self.in_flight) > leave:
-                ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight) - leave)
+                ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight) - leave,
+                                                 timeout=timeout)
             elif self.in_flight:
                 ready, self.in_flight = ray.wait(self.in_flight, num_returns=len(self.in_flight), timeout=0)
             else:
                 return
             self._settled(ready)
+            if len(self.in_flight) > leave:
+                raise FlushTimeout(f"EnvRunner {self.runner.worker_index}: {len(self.in_flight)} chunk(s) not "
+                                   f"acknowledged by the plane after {timeout:.3g} s")
 
     def _settled(self, ready: list) -> None:
         import ray
