@@ -63,8 +63,7 @@ class AppoLoop:
         for r in self.layout.runners:
             self.env.process(runner_loop(r, queues))
         if self._appo_crowded[self.layout.driver_node]:
-            self.cpus[self.layout.driver_node].enable_preemption()
-            self.driver_urgent = True
+            self.cpus[self.layout.driver_node].enable_preemption()  # the driver's work is urgent there
             self.env.process(self.appo_driver_spin())
         t_free = {lr.id: 0.0 for lr in learners}
         reuse: dict[str, deque] = {lr.id: deque() for lr in learners}

@@ -215,7 +215,6 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         self.rec = Recorder()
         self.view = SimClusterView(self, memoize=memoize_view)
         self.driver_thread = FifoServer(self.env, 1)
-        self.driver_urgent = False  # set by loops whose driver thread polls (APPO on a crowded node)
         if self.deployed:
             self._deployed_setup()
         #: the stock route's driver-side calls by kind (``sample_result``, ``update_call``,
@@ -263,12 +262,13 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         return self.cpus[node].work(seconds, urgent)
 
     def on_driver(self, seconds: float) -> Generator:
-        """Work on the driver's single Python thread (and a core of its node; first in the queue for
-        one when the driver's thread is a frequently waking poller, ``driver_urgent``: APPO on a
-        crowded node, :meth:`conduit.sim.appo.AppoLoop.appo_driver_spin`)."""
+        """Work on the driver's single Python thread (and a core of its node). Where that node's pool
+        is preemptive, the driver's thread is a frequently waking poller (APPO on a crowded node,
+        :meth:`conduit.sim.appo.AppoLoop.appo_driver_spin`): its work is urgent."""
         yield self.driver_thread.acquire()
         try:
-            yield from self.cpu(self.layout.driver_node, seconds, self.driver_urgent)
+            pool = self.cpus[self.layout.driver_node]
+            yield from pool.work(seconds, pool.preemptive)
         finally:
             self.driver_thread.release()
 
