@@ -53,7 +53,7 @@ with the same config (Ray ``num_cpus=2``: 2 EnvRunners at 0.5 CPU and 1 learner 
 config, starved them. APPO's driver never sleeps (``algorithm.py: Algorithm._run_one_training_iteration``
 calls ``IMPALA.training_step`` in a loop until ``min_time_s_per_iteration``, and its
 ``fetch_ready_async_reqs`` waits ``timeout_s_sampler_manager = 0.0``): the simulator's crowded-node model
-(:meth:`conduit.sim.appo.AppoLoop.on_cores`) has its loop want ``StockCosts.driver_poll_cores`` (0.85 of a
+(:meth:`conduit.sim.cores.CoreUse.on_cores`) has its loop want ``StockCosts.driver_poll_cores`` (0.85 of a
 core: the real loop's main thread, ``benchmarks/appo_driver_loop.py``) and get it first (wake-up preemption,
 :class:`conduit.sim.resources.CpuPool`) while the EnvRunners and the learner share the rest of the node's
 cores, on both sides; APPO's update primitive is the learner thread's own
@@ -180,7 +180,8 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
       whole call of an iteration where measured (``learner_update_call``: the train batch with the
       config's minibatches, epochs and shuffle, :func:`ppo_update_call`); a local
       learner (``num_learners=0``) the same with the driver's torch threads in wall-clock time
-      (``learner_update_local``) when that was measured on a quiet machine (:func:`local_usable`);
+      (``learner_update_local``) when that was measured on a quiet machine (:func:`local_usable`), and
+      its extra torch threads' spin and share of the update (``torch_team``, measured with it);
     - DQN: the EnvRunner's ``get_metrics()`` rides in each sample call (``runner_metrics``), and the
       buffer, metrics-aggregate and learner-connector costs are the workload's own (:func:`workload_stock`);
     - weight sync = measured get/set of the module's state + two RPC round trips (learner -> driver,
@@ -237,6 +238,10 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
                       update_overhead=float(update["latency"]))
     else:
         raise ValueError(f"unknown algorithm {algo!r}")
+    team = prims.get("torch_team")
+    if learners == 0 and team is not None:  # the local learner's extra torch threads (measure_torch_team)
+        fields.update(learner_threads=int(team["extra"]["torch_threads"]), learner_spin_s=float(team["latency"]),
+                      learner_thread_share=min(1.0, float(team["extra"]["update_share"])))
     return Workload(**fields).validate(f"studies/validation.py: {name}")
 
 
@@ -315,22 +320,31 @@ def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, A
     return json.loads(cal.to_json(ms))
 
 
+#: primitives measured with a local learner's torch threads (:func:`conduit.runtime.calibrate.measure_local_learner`)
+LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "torch_team")
+#: every kind --add-learner-primitives measures (``--only`` picks among them)
+LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", *DQN_DRIVER_PRIMITIVES, *LOCAL_PRIMITIVES)
+
+
 def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, Any], quick: bool,
-                           log=print, repeat: int = 1) -> dict[str, Any]:
+                           log=print, repeat: int = 1, only: Sequence[str] = ()) -> dict[str, Any]:
     """``calibration`` with RLlib's own ``Learner.update`` and DQN's per-step driver calls measured now
     (:func:`conduit.runtime.calibrate.measure_learner`, one torch thread, process CPU time), for a
     calibration taken before those primitives existed: the proxy ``learner_update`` is kept as
     ``learner_update_proxy``; the load average at the time is recorded with them. ``repeat`` > 1 measures
-    each primitive that many times and fits the per-size medians of the runs (a shared machine's noise)."""
+    each primitive that many times and fits the per-size medians of the runs (a shared machine's noise).
+    ``only``: keep just the primitives of these kinds (the rest of ``calibration`` stays as it was), and
+    measure only what they need."""
     from conduit.runtime import calibrate as cal
 
     out = dict(calibration)
     workload = dict(out.get("workload", {}))
     load = os.getloadavg()
     runs: dict[str, list] = {}
+    one_thread = not only or any(k not in LOCAL_PRIMITIVES for k in only)
     for _ in range(max(1, repeat)):
         with cal._torch_threads(1):
-            for key, (algo, cfg) in calibration_configs(configs).items():
+            for key, (algo, cfg) in calibration_configs(configs).items() if one_thread else ():
                 for m in cal.measure_learner(key, algo, cfg, quick):
                     runs.setdefault(m.name, []).append(m)
         for key, (algo, cfg) in calibration_configs(configs).items():
@@ -338,6 +352,8 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
                 for m in cal.measure_local_learner(key, algo, cfg, quick):
                     runs.setdefault(m.name, []).append(m)
     for name, ms in runs.items():
+        if only and name.split(":", 1)[0] not in only:
+            continue
         m = _median_of_runs(ms)
         proxy = name.replace(":", "_proxy:", 1)
         if name.startswith("learner_update:") and name in workload and proxy not in workload:
@@ -349,7 +365,8 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
         log(f"calibrate: {m.summary()}")
     out["workload"] = workload
     out.setdefault("notes", []).append(
-        f"learner/replay/metrics primitives added by studies/validation.py --add-learner-primitives at "
+        f"{'/'.join(only) if only else 'learner/replay/metrics'} primitives added by studies/validation.py "
+        f"--add-learner-primitives{' --only ' + ','.join(only) if only else ''} at "
         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {load[0]:.2f}/{load[1]:.2f}/"
         f"{load[2]:.2f} on {os.cpu_count()} cores")
     return out
@@ -365,6 +382,12 @@ def _median_of_runs(ms: Sequence[Any]) -> Any:
     import statistics
 
     first = ms[0]
+    if first.unit == "regions":  # torch_team: medians of the spin and of the shares
+        spin = statistics.median(m.latency for m in ms)
+        extra = {**first.extra, **{k: statistics.median(m.extra[k] for m in ms)
+                                   for k in ("update_share", "short_gap_share") if all(k in m.extra for m in ms)}}
+        return replace(first, latency=spin, bandwidth=1.0 / spin, medians=[spin], samples=sum(m.samples for m in ms),
+                       extra=extra, note=first.note + f"; medians of {len(ms)} runs")
     medians = [statistics.median(m.medians[i] for m in ms) for i in range(len(first.medians))]
     walls = [statistics.median(m.extra["wall_medians"][i] for m in ms) for i in range(len(first.medians))] \
         if all("wall_medians" in m.extra for m in ms) else None
@@ -617,6 +640,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="with --calibration: measure RLlib's own Learner.update and DQN's driver calls now, and "
                         "write the merged calibration to OUT/calibration.json")
     p.add_argument("--repeat", type=int, default=1, help="--add-learner-primitives: runs per primitive (medians)")
+    p.add_argument("--only", default="", help="--add-learner-primitives: comma-separated primitive kinds to add "
+                   "(e.g. torch_team); the calibration's others stay")
     p.add_argument("--predict-only", action="store_true", help="predict only; no real runs")
     p.add_argument("--measured", type=Path, help="reuse a previous run's OUT/measured.json instead of running")
     p.add_argument("--quick", action="store_true", help="quick calibration and 4 real iterations (1 warm-up)")
@@ -637,6 +662,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--add-learner-primitives needs --calibration FILE (a full calibration measures them anyway)")
     if args.predict_only and args.measured:
         p.error("--predict-only and --measured exclude each other")
+    only = [k.strip() for k in args.only.split(",") if k.strip()]
+    if only and not args.add_learner_primitives:
+        p.error("--only applies to --add-learner-primitives")
+    if bad := [k for k in only if k not in LEARNER_PRIMITIVES]:
+        p.error(f"--only: unknown primitive kind(s) {', '.join(bad)}; known: {', '.join(LEARNER_PRIMITIVES)}")
     return args
 
 
@@ -661,7 +691,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = json.loads(args.calibration.read_text())
         source = str(args.calibration)
         if args.add_learner_primitives:
-            calibration = add_learner_primitives(calibration, configs, args.quick, repeat=args.repeat)
+            calibration = add_learner_primitives(calibration, configs, args.quick, repeat=args.repeat,
+                                                 only=[k.strip() for k in args.only.split(",") if k.strip()])
             (args.out / "calibration.json").write_text(json.dumps(calibration, indent=1))
             source = f"{args.calibration} + learner primitives measured now ({args.out / 'calibration.json'})"
     else:
@@ -684,7 +715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for kind in ("learner_update_call",) if w.algo == "ppo" else ():
             if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples"):
                 prims[kind] = _primitive(calibration, kind, key, args.clock)
-        for kind in ("learner_update_local", "learner_update_call_local"):
+        for kind in ("learner_update_local", "learner_update_call_local", "torch_team"):
             local = calibration.get("workload", {}).get(f"{kind}:{key}")
             if int(cfg.num_learners or 0) == 0 and local_usable(local):
                 prims[kind] = local

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conduit.runtime import calibrate as cal
+from conduit.runtime.calibrate import TEAM_GAPS
 
 
 @settings(max_examples=5, deadline=None)
@@ -66,7 +68,15 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
                         "weights:ppo-cartpole", "learner_update_proxy:ppo-cartpole",
                         "learner_update_call:ppo-cartpole",
                         "learner_update_local:ppo-cartpole",  # num_learners=0: also with the driver's threads
-                        "learner_update_call_local:ppo-cartpole"}
+                        "learner_update_call_local:ppo-cartpole",
+                        "torch_team:ppo-cartpole"}  # what the driver's extra torch threads cost the node
+    team = out.pop("torch_team:ppo-cartpole")
+    if (os.cpu_count() or 1) < 2:  # one core: one torch thread, no team, and the reason says so
+        assert not team.ok and "one torch thread" in team.note
+    else:
+        assert team.ok and team.unit == "regions" and team.extra["workers"] == team.extra["torch_threads"] - 1
+        assert 0 < team.latency < TEAM_GAPS[0]  # a spin, shorter than the idle gap it was timed in
+        assert 0 <= team.extra["update_share"] <= 1.05 and 0 <= team.extra["short_gap_share"] <= 1.05
     # the whole call as PPO.training_step makes it: the config's minibatch size and all its epochs
     call = out["learner_update_call:ppo-cartpole"]
     assert call.extra["epochs_timed"] == 30 and call.extra["minibatch_size"] == 128

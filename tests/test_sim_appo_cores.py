@@ -1,4 +1,4 @@
-"""APPO on a crowded node (:meth:`conduit.sim.appo.AppoLoop.on_cores`): fewer cores than processes.
+"""APPO on a crowded node (:meth:`conduit.sim.cores.CoreUse.on_cores`): fewer cores than processes.
 
 RLlib's APPO driver never sleeps (``Algorithm._run_one_training_iteration`` loops on
 ``IMPALA.training_step``, whose sampler fetch waits 0 s), so on a node with fewer cores than the
@@ -33,7 +33,7 @@ def test_a_crowded_node_is_busy_and_slower_on_both_sides(policy):
     crowded_sim, crowded = _run(2, policy)
     roomy_sim, roomy = _run(16, policy)
     node = crowded_sim.layout.driver_node
-    assert crowded_sim._appo_crowded[node] and not roomy_sim._appo_crowded[node]
+    assert crowded_sim.crowded[node] and not roomy_sim.crowded[node]
     assert crowded.audit.violations == 0 and roomy.audit.violations == 0
     # the spinning driver, the runner and the learner keep both cores busy nearly the whole run (the
     # driver's loop looks again a quantum after its thread's own work, so a core may idle that long)

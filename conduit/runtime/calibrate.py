@@ -48,6 +48,7 @@ import statistics
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -1109,6 +1110,9 @@ class WorkloadMeasurement(Measurement):
             return f"{self.name:<34} not measured: {self.note}"
         if self.unit == "calls":
             return f"{self.name:<34} {_t(self.latency):>9} per call  ({self.samples} samples)"
+        if self.unit == "regions":
+            return (f"{self.name:<34} {_t(self.latency):>9} spin per region end, update share "
+                    f"{self.extra.get('update_share', math.nan):.2f}  ({self.samples} samples)")
         return (f"{self.name:<34} {_t(self.per_item):>9} per {self.unit[:-1]}  + {_t(self.latency):>9} per call  "
                 f"({self.samples} samples)")
 
@@ -1300,7 +1304,8 @@ def measure_module(name: str, algo: str, config, quick: bool = False) -> list[Wo
     return out
 
 
-def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:
+def measure_learner(name: str, algo: str, config, quick: bool = False,
+                    team: bool = False) -> list[WorkloadMeasurement]:
     """RLlib's own ``Learner.update`` as the real run calls it, and (DQN) the driver's per-step calls.
 
     ``learner_update:<name>`` replaces :func:`measure_module`'s proxy (``forward_train`` plus a sum of
@@ -1324,7 +1329,10 @@ def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[W
     of ``synchronous_parallel_sample``'s remote call with ``_return_metrics=True``) and
     ``driver_metrics:<name>`` (the driver's ``MetricsLogger.aggregate`` of that result);
     ``learner_connector:<name>`` (the learner's connector pipeline over n sampled episodes, DQN's own
-    pieces: n-step next observations, ``NumpyToTensor``)."""
+    pieces: n-step next observations, ``NumpyToTensor``).
+
+    ``team``: also ``torch_team:<name>`` (:func:`measure_torch_team`) on the update closest to the
+    config's batch, with the torch threads in force (a local learner's: :func:`measure_local_learner`)."""
     from ray.rllib.core.learner.training_data import TrainingData
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
     from ray.rllib.policy.sample_batch import MultiAgentBatch
@@ -1455,6 +1463,11 @@ def measure_learner(name: str, algo: str, config, quick: bool = False) -> list[W
         for m in out:
             if m.unit == "calls":  # n calls per sweep point: the per-call time is the fitted slope
                 m.latency = 1.0 / m.bandwidth
+        if team:
+            batch = int(cfg.total_train_batch_size if algo == "dqn" else (cfg.minibatch_size or cfg.train_batch_size_per_learner))
+            n = min(sizes, key=lambda s: abs(s - batch))
+            out.append(measure_torch_team(name, lambda: update(n), f"{type(learner).__name__}.update of {n} samples",
+                                          quick))
         return out
     finally:
         with contextlib.suppress(Exception):
@@ -1502,21 +1515,106 @@ def _ppo_update_call(name: str, cfg: Any, runner: Any, learner: Any, timesteps: 
     return m
 
 
+#: idle gaps after a parallel region for :func:`measure_torch_team`: one longer than any spin-wait, one short
+TEAM_GAPS = (0.05, 0.003)
+
+
+def _other_threads_cpu() -> dict[int, float] | float:
+    """CPU seconds of this process's threads other than the calling one: per thread id on Linux, from each
+    thread's own CPU clock (exact for a thread running on another core; the process clock counts such a
+    thread only up to its last tick, which biases a spin by up to a tick), else one figure, process less
+    calling thread CPU time."""
+    try:
+        me = threading.get_native_id()
+        out = {}
+        for entry in os.listdir("/proc/self/task"):
+            tid = int(entry)
+            if tid != me:
+                with contextlib.suppress(OSError):  # the thread ended meanwhile
+                    out[tid] = time.clock_gettime((~tid << 3) | 6)  # Linux: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
+        return out
+    except (OSError, ValueError, AttributeError):
+        return time.process_time() - time.thread_time()
+
+
+def _cpu_since(before: dict[int, float] | float, after: dict[int, float] | float) -> float:
+    """The other threads' CPU seconds between two :func:`_other_threads_cpu` readings (threads in both)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return sum(after[t] - before[t] for t in after.keys() & before.keys())
+    if isinstance(before, dict) or isinstance(after, dict):
+        return math.nan
+    return after - before
+
+
+def measure_torch_team(name: str, update: Callable[[], Any], what: str, quick: bool = False) -> WorkloadMeasurement:
+    """``torch_team:<name>``: what torch's extra intra-op threads cost the cores around one update.
+
+    A process with torch's default thread count (a local learner, ``num_learners=0``: Ray sets
+    ``OMP_NUM_THREADS=1`` only in its workers) runs its parallel regions on an OpenMP team. On Linux
+    builds that is libgomp, whose idle workers spin-wait (``GOMP_SPINCOUNT``) before they sleep: after
+    a region ends each worker stays on a core for a while, competing with every other process on the
+    node (the EnvRunner, the plane actor). Timed here, with nothing else to run:
+
+    - ``latency``: the spin, CPU seconds each extra thread burns in an idle gap of
+      :data:`TEAM_GAPS` [0] after an update (the other threads' CPU clocks, :func:`_other_threads_cpu`);
+    - ``extra["update_share"]``: the extra threads' CPU time during the update over its wall time, per
+      extra thread (parallel work and the short spins between regions);
+    - ``extra["short_gap_share"]``: the same over a gap of :data:`TEAM_GAPS` [1] (a spin longer than the
+      gap keeps the core for all of it: about 1).
+
+    One torch thread (Ray's workers) has no team: not measured, with the reason."""
+    import torch
+
+    threads = int(torch.get_num_threads())
+    if threads < 2:
+        return WorkloadMeasurement(f"torch_team:{name}", math.nan, math.nan, 0,
+                                   "one torch thread: no OpenMP team to measure", unit="regions")
+    workers = threads - 1
+    reps = 12 if quick else 40
+    for _ in range(5):
+        update()
+    spins, shares, short = [], [], []
+    for gap, into in ((TEAM_GAPS[0], spins), (TEAM_GAPS[1], short)):
+        for _ in range(reps):
+            o0, t0 = _other_threads_cpu(), time.perf_counter()
+            update()
+            o1, t1 = _other_threads_cpu(), time.perf_counter()
+            time.sleep(gap)
+            o2, t2 = _other_threads_cpu(), time.perf_counter()
+            if gap == TEAM_GAPS[0]:
+                shares.append(_cpu_since(o0, o1) / max(t1 - t0, 1e-9) / workers)
+                into.append(_cpu_since(o1, o2) / workers)
+            else:
+                into.append(_cpu_since(o1, o2) / max(t2 - t1, 1e-9) / workers)
+    spin = max(1e-9, statistics.median(spins))
+    return WorkloadMeasurement(
+        f"torch_team:{name}", 1.0 / spin, spin, 2 * reps,
+        f"{what} with {threads} torch threads, then an idle gap: the {workers} extra thread(s)' CPU time "
+        f"(each thread's CPU clock) in a {TEAM_GAPS[0] * 1e3:.0f} ms gap is the spin per region end; "
+        f"medians of {reps}", [1], [spin], unit="regions",
+        extra={"torch_threads": threads, "workers": workers, "update_share": statistics.median(shares),
+               "short_gap_share": statistics.median(short), "gaps_s": list(TEAM_GAPS),
+               "load_average": list(os.getloadavg())})
+
+
 def measure_local_learner(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:
     """``learner_update_local:<name>``: :func:`measure_learner`'s ``Learner.update`` with torch's default
     thread count, in **wall-clock** time, as a local learner (``num_learners=0``) runs it: in the driver
     process, where Ray does not set ``OMP_NUM_THREADS=1`` (it does so only in its workers) and torch
     keeps one intra-op thread per core. The CPU time of several threads would overstate the update's
     duration, so the latency and rate are refitted from the wall medians: valid only on a quiet
-    machine (the load average is recorded with it)."""
+    machine (the load average is recorded with it). With it, ``torch_team:<name>`` (:func:`measure_torch_team`):
+    what those threads cost the node's other processes."""
     import torch
 
     threads = max(1, int(os.cpu_count() or 1))
     with _torch_threads(threads):
-        ms = [m for m in measure_learner(name, algo, config, quick)
-              if m.name.startswith(("learner_update:", "learner_update_call:"))]
-    out = []
+        ms = [m for m in measure_learner(name, algo, config, quick, team=True)
+              if m.name.startswith(("learner_update:", "learner_update_call:", "torch_team:"))]
+    out = [m for m in ms if m.name.startswith("torch_team:")]
     for m in ms:
+        if m.name.startswith("torch_team:"):
+            continue
         lat, rate, how = fit_latency_bandwidth(m.sizes, m.extra["wall_medians"])
         rate *= m.extra.get("epochs_timed", 1)  # learner_update_call: per sample per epoch
         out.append(WorkloadMeasurement(m.name.replace(":", "_local:", 1), rate, lat, m.samples,

@@ -58,11 +58,10 @@ class AppoLoop:
         self._runner_version = {r.id: 0 for r in self.layout.runners}
         self._stop = False
         self._stock_pending = 0  # stock: chunks created, not yet in a learner's queue
-        self._appo_crowded = self._crowded_nodes()
         runner_loop = self.deployed_appo_runner if self.deployed else self.appo_runner
         for r in self.layout.runners:
             self.env.process(runner_loop(r, queues))
-        if self._appo_crowded[self.layout.driver_node]:
+        if self.crowded[self.layout.driver_node]:
             self.cpus[self.layout.driver_node].enable_preemption()  # the driver's work is urgent there
             self.env.process(self.appo_driver_spin())
         t_free = {lr.id: 0.0 for lr in learners}
@@ -101,39 +100,6 @@ class AppoLoop:
                     self.auditor.dropped(cid, self.env.now, "end-of-run")
                     self.release(cid)
 
-    # ------------------------------------------------------------------ cores on a crowded node
-    def _crowded_nodes(self) -> dict[str, bool]:
-        """Nodes with fewer cores than the processes that run there: each EnvRunner, each remote
-        learner's process, the driver (and, deployed, the plane actor: :meth:`_deployed_setup` counts
-        it). The same count on both sides, so the stock side's processes compete for cores as the
-        deployed side's do."""
-        if self.deployed:
-            return self._oversubscribed
-        processes = {node: 0 for node in self.cpus}
-        for r in self.layout.runners:
-            processes[r.node] += 1
-        if not self.workload.local_learner:
-            for lr in self.layout.learners:
-                processes[lr.node] += 1
-        processes[self.layout.driver_node] += 1
-        return {node: processes[node] > self.cpus[node].cores for node in self.cpus}
-
-    def on_cores(self, node: str, seconds: float) -> Generator:
-        """``seconds`` of one process's work on a core of ``node``, held in quanta of
-        :data:`~conduit.sim.deployed.SAMPLING_QUANTUM` on a crowded node (the OS interleaves the
-        processes), as one timeout elsewhere (nobody waits for a core there)."""
-        from conduit.sim.deployed import SAMPLING_QUANTUM
-
-        if not self._appo_crowded[node]:
-            if seconds > 0:
-                yield self.env.timeout(seconds)
-            return
-        left = seconds
-        while left > 0:
-            step = min(SAMPLING_QUANTUM, left)
-            yield from self.cpu(node, step)
-            left -= step
-
     def appo_driver_spin(self) -> Generator:
         """The driver never sleeps: ``algorithm.py: Algorithm._run_one_training_iteration`` calls
         ``impala.py: IMPALA.training_step`` in a loop until ``min_time_s_per_iteration``, and each step's
@@ -150,7 +116,7 @@ class AppoLoop:
         anyone, so it waits for work to arrive there (:meth:`~conduit.sim.resources.CpuPool.work_arrives`)
         rather than polling the event queue forever: a run that stalls (placements waiting for room
         that never comes) still ends and is reported as stalled."""
-        from conduit.sim.deployed import SAMPLING_QUANTUM
+        from conduit.sim.cores import SAMPLING_QUANTUM
 
         node = self.layout.driver_node
         pool = self.cpus[node]
@@ -169,11 +135,7 @@ class AppoLoop:
         """One training step on the learner's device: a CPU learner's (``lr.hbm`` None) is its learner
         thread on a core of its node (Ray workers run torch with ``OMP_NUM_THREADS=1``), held in quanta
         on a crowded node; a GPU's is the engine's."""
-        if lr.hbm is None and self._appo_crowded[lr.node]:
-            yield from self.on_cores(lr.node, seconds)
-            self.compute[lr.device].busy_seconds += seconds
-            return
-        yield from self.compute[lr.device].run(seconds)
+        yield from self.learner_compute(lr, seconds)
 
     def broadcast(self, version: int) -> Generator:
         yield self.env.timeout(self.workload.weight_sync_time)

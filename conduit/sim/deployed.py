@@ -68,9 +68,9 @@ actor, the driver), the call is held in quanta of :data:`SAMPLING_QUANTUM` (CPyt
 interval, ``sys.getswitchinterval()``, 5 ms; the kernel's time slices are of that order), so that a
 few milliseconds of plane or learner work interleave with a long sample call as the OS would
 interleave them, instead of queueing behind all of it; elsewhere a call is one hold (no one waits).
-APPO counts the same processes on both sides (:meth:`conduit.sim.appo.AppoLoop.on_cores`): there the
-stock EnvRunners' sampling, a CPU learner's training and the never-sleeping driver hold cores of a
-crowded node the same way.
+Both sides count the same threads (:class:`conduit.sim.cores.CoreUse`, which also counts a local
+learner's extra torch threads, :mod:`conduit.sim.torchteam`): the stock EnvRunners' sampling, a CPU
+learner's update and APPO's never-sleeping driver hold cores of a crowded node the same way.
 
 **Simulation speed.** A Python thread on a node with a core per process never waits for a core, so
 it is a FIFO single server computed by arithmetic (:class:`_Lane`: start at ``max(arrival, free)``);
@@ -96,10 +96,9 @@ from typing import Any
 import simpy
 
 from conduit.sim.cluster import LearnerRole, RunnerRole
+from conduit.sim.cores import SAMPLING_QUANTUM
 from conduit.sim.resources import FifoServer
 
-#: the quantum a sample call is held in on an oversubscribed node (see the module docstring)
-SAMPLING_QUANTUM = 5e-3
 #: the warning a deployed run with more than one learner carries
 MULTI_LEARNER_WARNING = ("policy models enable() as deployed, which refuses num_learners > 1 today; this run "
                          "applies the deployed mechanisms per learner (one plane actor per learner node): an "
@@ -136,20 +135,9 @@ class DeployedRoute:
     # ------------------------------------------------------------------ set-up and primitives
     def _deployed_setup(self) -> None:
         env = self.env
-        # nodes with fewer cores than processes that may run there: sample calls are held in quanta
-        processes = {node: 0 for node in self.cpus}
-        for r in self.layout.runners:
-            processes[r.node] += 1
-        for node in {lr.node for lr in self.layout.learners}:
-            processes[node] += 1  # the node's plane actor
-        if not self.workload.local_learner:  # (a local learner lives in the driver's process)
-            for lr in self.layout.learners:
-                processes[lr.node] += 1
-        processes[self.layout.driver_node] += 1
-        self._oversubscribed = {node: processes[node] > self.cpus[node].cores for node in self.cpus}
 
         def lane(node: str, fifo: FifoServer | None = None) -> _Lane:
-            if fifo is None and self._oversubscribed[node]:
+            if fifo is None and self.crowded[node]:  # (CoreUse: the plane actor counted)
                 fifo = FifoServer(env, 1)
             return _Lane(node, fifo)
 

@@ -143,8 +143,8 @@ class DqnLoop:
         w = self.workload
         traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
                   for lr in learners]
-        yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
-            w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
+        yield simpy.AllOf(self.env, [self.env.process(self.learner_compute(
+            lr, w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
         self.rec.span(update, "update", ready, self.env.now)
         for u in traces:
             u.t_end = t_free[u.learner] = self.env.now
@@ -175,7 +175,8 @@ class DqnLoop:
             yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
-        yield self.env.timeout(self.sample_time(self.workload.fragment_length))
+        """One ``sample()`` call: the runner's thread on a core of its node (in quanta where crowded)."""
+        yield from self.on_cores(runner.node, self.sample_time(self.workload.fragment_length))
         chunk, _ = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
         return chunk.id
 

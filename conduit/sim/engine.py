@@ -37,6 +37,7 @@ from conduit.plane import Arbiter, ChunkLedger, Rejections, rules_for
 from conduit.policy import ChunkInfo, Policy
 from conduit.sim.appo import AppoLoop
 from conduit.sim.cluster import ClusterLayout, LearnerRole, RunnerRole, lay_out
+from conduit.sim.cores import CoreUse
 from conduit.sim.deployed import MULTI_LEARNER_WARNING, DeployedRoute
 from conduit.sim.direct import DirectRoute
 from conduit.sim.dqn import DqnLoop
@@ -126,7 +127,7 @@ class SimResult:
         return to_frame(self.to_rows(kind))
 
 
-class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
+class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse):
     """One simulated training run. ``run()`` returns a :class:`SimResult`.
 
     ``memoize_view=False`` makes the policy's :class:`~conduit.sim.view.SimClusterView` recompute
@@ -215,6 +216,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute):
         self.rec = Recorder()
         self.view = SimClusterView(self, memoize=memoize_view)
         self.driver_thread = FifoServer(self.env, 1)
+        self._setup_cores()
         if self.deployed:
             self._deployed_setup()
         #: the stock route's driver-side calls by kind (``sample_result``, ``update_call``,

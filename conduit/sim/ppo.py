@@ -93,8 +93,8 @@ class PpoLoop:
                                            needed, ready, t_update, math.nan))
                 self.auditor.delivered(k, [(c, range(w.chunk_steps)) for c in state.assigned[lr.id]], ready,
                                        checksums={c: self._checksum(c) for c in state.assigned[lr.id]})
-            yield simpy.AllOf(self.env, [self.env.process(self.compute[lr.device].run(
-                w.update_overhead + w.epochs * state.samples[lr.id] * w.update_time_per_sample)) for lr in learners])
+            yield simpy.AllOf(self.env, [self.env.process(self.learner_compute(
+                lr, w.update_overhead + w.epochs * state.samples[lr.id] * w.update_time_per_sample)) for lr in learners])
             self.rec.span(k, "update", t_update, self.env.now)
             for u in updates:
                 u.t_end = self.env.now
@@ -164,7 +164,7 @@ class PpoLoop:
         group: list[tuple[Chunk, ChunkTrace]] = []
         n_chunks = len(targets)
         for i, target in enumerate(targets):
-            yield self.env.timeout(self.sample_time(w.fragment_length))
+            yield from self.on_cores(runner.node, self.sample_time(w.fragment_length))
             chunk, trace = self.new_chunk(runner, target, state.k)
             state.expect(target, chunk)
             if self.path.route == "direct":

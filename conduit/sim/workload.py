@@ -79,6 +79,9 @@ class Workload:
     # learners
     learners: int | None = None
     local_learner: bool = False
+    learner_threads: int = 1
+    learner_spin_s: float = 0.0
+    learner_thread_share: float = 1.0
     update_time_per_sample: float = 20e-6
     update_overhead: float = 0.0
     value_pass_per_sample: float = 0.0
@@ -157,6 +160,13 @@ class Workload:
                 f"{self.max_lag} is below broadcast_interval - 1 ({self.broadcast_interval - 1}): runners get "
                 f"new weights only every {self.broadcast_interval} updates, so their chunks would all be stale",
             )
+        if self.learner_threads > 1 and not self.local_learner:
+            raise WorkloadError(source, "learner_threads",
+                                f"{self.learner_threads} torch threads need a local learner (local_learner: true): "
+                                f"Ray runs remote learners with OMP_NUM_THREADS=1")
+        if self.learner_thread_share > 1:
+            raise WorkloadError(source, "learner_thread_share",
+                                f"must be <= 1 (a thread's share of an update's wall time), got {shown(self.learner_thread_share)}")
         try:
             contract = self.contract()
         except ConduitError as exc:
@@ -183,6 +193,8 @@ class Workload:
 
 
 _MAY_BE_ZERO = {
+    "learner_spin_s",
+    "learner_thread_share",
     "env_step_cv",
     "inference_time",
     "runner_call_overhead",
@@ -195,6 +207,7 @@ _MAY_BE_ZERO = {
     "update_time_per_sample",
 }
 _TIME_FIELDS = {
+    "learner_spin_s",
     "env_step_time",
     "inference_time",
     "runner_call_overhead",

@@ -53,7 +53,13 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
                     "`frame_stack` times larger; 1 = no learner-side stacking")),
     # learners
     "learners": ("learners", "number of learners; unset (`null`): one per GPU, or 1 on a topology without GPUs"),
-    "local_learner": ("true / false", "DQN only: the learner runs in the driver process (RLlib `num_learners=0`)"),
+    "local_learner": ("true / false", "the learner runs in the driver process (RLlib `num_learners=0`)"),
+    "learner_threads": ("threads", ("torch intra-op threads of a local learner (the driver's process: Ray sets "
+                        "`OMP_NUM_THREADS=1` only in its workers); above 1 the extra threads take cores of the "
+                        "driver's node (`conduit calibrate`: `torch_team`)")),
+    "learner_spin_s": ("s per region", ("CPU time each extra torch thread of a local learner spin-waits after "
+                       "an update before it sleeps (libgomp), unless the next update starts first")),
+    "learner_thread_share": ("ratio", "share of an update's wall time each extra torch thread is on a CPU"),
     "update_time_per_sample": ("s per sample per epoch", "learner compute for one sample in one epoch, on its device"),
     "update_overhead": ("s per update", "fixed learner cost per update"),
     "value_pass_per_sample": ("s per sample", "PPO's GAE value pass (GRPO's reference log-prob pass) per sample"),

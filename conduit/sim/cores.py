@@ -1,0 +1,84 @@
+"""Who competes for a node's cores: crowded nodes, work held in quanta there, CPU learners' updates.
+
+A node is **crowded** when fewer cores than threads want them: each EnvRunner, each remote learner's
+process, the driver, the plane actor of every learner node (Conduit as deployed), and a local
+learner's extra torch threads (:mod:`conduit.sim.torchteam`). The count is the same for both sides,
+so the stock side's processes compete for cores as the deployed side's do. On a crowded node work is
+held in quanta of :data:`SAMPLING_QUANTUM` on the node's :class:`~conduit.sim.resources.CpuPool` (the
+OS interleaves the processes); elsewhere nobody waits for a core and work is one timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+from conduit.sim.cluster import LearnerRole
+from conduit.sim.torchteam import TorchTeam
+
+#: the quantum work is held in on a crowded node: CPython's GIL switch interval (``sys.getswitchinterval()``,
+#: 5 ms); the kernel's time slices are of that order
+SAMPLING_QUANTUM = 5e-3
+
+
+class CoreUse:
+    """Crowded nodes and the work that runs on their cores (a mixin of :class:`~conduit.sim.engine.Simulation`)."""
+
+    def _setup_cores(self) -> None:
+        self.crowded = self._crowded_nodes()
+        w = self.workload
+        self.team: TorchTeam | None = None
+        if w.local_learner and w.learner_threads > 1 and self.crowded[self.layout.driver_node]:
+            self.team = TorchTeam(self.env, self.cpus[self.layout.driver_node], w.learner_threads - 1,
+                                  w.learner_thread_share, w.learner_spin_s, SAMPLING_QUANTUM)
+
+    def _crowded_nodes(self) -> dict[str, bool]:
+        w = self.workload
+        threads = {node: 0 for node in self.cpus}
+        for r in self.layout.runners:
+            threads[r.node] += 1
+        if not w.local_learner:
+            for lr in self.layout.learners:
+                threads[lr.node] += 1
+        if self.deployed:
+            for node in {lr.node for lr in self.layout.learners}:
+                threads[node] += 1  # the node's plane actor
+        threads[self.layout.driver_node] += 1
+        if w.local_learner:
+            threads[self.layout.driver_node] += w.learner_threads - 1  # its extra torch threads
+        return {node: threads[node] > self.cpus[node].cores for node in self.cpus}
+
+    def on_cores(self, node: str, seconds: float) -> Generator:
+        """``seconds`` of one thread's work on a core of ``node``: in quanta on a crowded node, one
+        timeout elsewhere."""
+        if not self.crowded[node]:
+            if seconds > 0:
+                yield self.env.timeout(seconds)
+            return
+        left = seconds
+        while left > 0:
+            step = min(SAMPLING_QUANTUM, left)
+            yield from self.cpu(node, step)
+            left -= step
+
+    def learner_compute(self, lr: LearnerRole, seconds: float) -> Generator:
+        """One update's compute on the learner's device. A GPU's is its engine's. A CPU learner
+        (``lr.hbm`` None) on a crowded node takes a core of its node: a remote learner's process, or
+        a local learner's, the driver's thread (PPO and DQN call ``Learner.update`` from the driver's
+        loop; APPO's local learner trains on its own learner thread), with its extra torch threads
+        (:class:`~conduit.sim.torchteam.TorchTeam`) on the other cores."""
+        w = self.workload
+        node = self.layout.driver_node if w.local_learner else lr.node
+        if lr.hbm is None and self.crowded[node]:
+            if w.local_learner and self.team is not None:
+                self.team.region(seconds)
+            if w.local_learner and w.algorithm != "appo":
+                yield self.driver_thread.acquire()
+                try:
+                    yield from self.on_cores(node, seconds)
+                finally:
+                    self.driver_thread.release()
+            else:
+                yield from self.on_cores(node, seconds)
+            self.compute[lr.device].busy_seconds += seconds
+            return
+        yield from self.compute[lr.device].run(seconds)
