@@ -202,10 +202,11 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     fields: dict[str, Any] = {
         "name": name, "algorithm": algo, "env_runners": runners, "envs_per_runner": envs,
         "fragment_length": fragment, "env_step_time": envs * step_s, "env_step_cv": 0.0, "inference_time": 0.0,
-        # (DQN: the EnvRunner's get_metrics() in the same remote call, synchronous_parallel_sample's
-        # _return_metrics=True, once per sample call)
+        # (the rest of the algorithm's remote sampling call, once per sample call: get_metrics(), which
+        # synchronous_parallel_sample's _return_metrics=True asks for; APPO's sample_get_state_and_metrics
+        # also gets the connector states)
         "runner_call_overhead": float(runner["latency"]) + (float(prims["runner_metrics"]["latency"])
-                                                            if algo == "dqn" and "runner_metrics" in prims else 0.0),
+                                                            if "runner_metrics" in prims else 0.0),
         "bytes_per_step": float(runner["extra"]["bytes_per_step"]), "episode_length": episode,
         "learners": max(1, learners), "local_learner": learners == 0,
         "update_time_per_sample": float(update["per_item"]),
@@ -342,12 +343,14 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
     load = os.getloadavg()
     runs: dict[str, list] = {}
     one_thread = not only or any(k not in LOCAL_PRIMITIVES for k in only)
+    calls_only = bool(only) and set(only) <= {"runner_metrics"}  # no learner needed: a runner's calls alone
     for _ in range(max(1, repeat)):
         with cal._torch_threads(1):
             for key, (algo, cfg) in calibration_configs(configs).items() if one_thread else ():
-                for m in cal.measure_learner(key, algo, cfg, quick):
+                measure = cal.measure_runner_call if calls_only else cal.measure_learner
+                for m in measure(key, algo, cfg, quick):
                     runs.setdefault(m.name, []).append(m)
-        for key, (algo, cfg) in calibration_configs(configs).items():
+        for key, (algo, cfg) in calibration_configs(configs).items() if not calls_only else ():
             if int(cfg.num_learners or 0) == 0:  # a local learner: the driver's torch threads, wall clock
                 for m in cal.measure_local_learner(key, algo, cfg, quick):
                     runs.setdefault(m.name, []).append(m)
@@ -414,6 +417,30 @@ def topology_from_calibration(calibration: Mapping[str, Any], name: str = "calib
                               list(d.get("sizes", [])), [math.nan if t is None else t for t in d.get("medians", [])])
     text = topology_yaml(ms, name=name)
     return topology_from_dict(parse_yaml(text, name), source=name), text
+
+
+def build_workloads(configs: Mapping[str, Any], calibration: Mapping[str, Any], stock: Any,
+                    clock: str = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
+    """``({name: simulator Workload}, {name: its StockCosts})`` for the study's ``configs`` from a
+    calibration's primitives (:func:`sim_workload`, :func:`workload_stock`)."""
+    workloads, stocks = {}, {}
+    for name, (w, cfg) in configs.items():
+        key = primitive_key(w.algo, w.env)
+        kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
+        prims = {kind: _primitive(calibration, kind, key, clock) for kind in kinds}
+        extra = DQN_DRIVER_PRIMITIVES if w.algo == "dqn" else ("runner_metrics",)
+        prims.update({kind: _primitive(calibration, kind, key, clock) for kind in extra
+                      if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples")})
+        for kind in ("learner_update_call",) if w.algo == "ppo" else ():
+            if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples"):
+                prims[kind] = _primitive(calibration, kind, key, clock)
+        for kind in ("learner_update_local", "learner_update_call_local", "torch_team"):
+            local = calibration.get("workload", {}).get(f"{kind}:{key}")
+            if int(cfg.num_learners or 0) == 0 and local_usable(local):
+                prims[kind] = local
+        stocks[name] = workload_stock(stock, w.algo, prims)
+        workloads[name] = sim_workload(name, w.algo, cfg, prims, stocks[name])
+    return workloads, stocks
 
 
 # ------------------------------------------------------------------------------------------------
@@ -704,23 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     topology, topo_text = topology_from_calibration(calibration)
     (args.out / "topology.yaml").write_text(topo_text)
 
-    workloads, stocks = {}, {}
-    for name, (w, cfg) in configs.items():
-        key = primitive_key(w.algo, w.env)
-        kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
-        prims = {kind: _primitive(calibration, kind, key, args.clock) for kind in kinds}
-        if w.algo == "dqn":
-            prims.update({kind: _primitive(calibration, kind, key, args.clock) for kind in DQN_DRIVER_PRIMITIVES
-                          if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples")})
-        for kind in ("learner_update_call",) if w.algo == "ppo" else ():
-            if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples"):
-                prims[kind] = _primitive(calibration, kind, key, args.clock)
-        for kind in ("learner_update_local", "learner_update_call_local", "torch_team"):
-            local = calibration.get("workload", {}).get(f"{kind}:{key}")
-            if int(cfg.num_learners or 0) == 0 and local_usable(local):
-                prims[kind] = local
-        stocks[name] = workload_stock(stock, w.algo, prims)
-        workloads[name] = sim_workload(name, w.algo, cfg, prims, stocks[name])
+    workloads, stocks = build_workloads(configs, calibration, stock, args.clock)
     print("predicting ...", flush=True)
     predicted = predict(workloads, topology, stock, sides, stocks)
     external = external_check(stock)

@@ -69,7 +69,9 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
                         "learner_update_call:ppo-cartpole",
                         "learner_update_local:ppo-cartpole",  # num_learners=0: also with the driver's threads
                         "learner_update_call_local:ppo-cartpole",
-                        "torch_team:ppo-cartpole"}  # what the driver's extra torch threads cost the node
+                        "torch_team:ppo-cartpole",  # what the driver's extra torch threads cost the node
+                        "runner_metrics:ppo-cartpole"}  # the rest of the remote sample call: get_metrics()
+    assert "get_metrics" in out["runner_metrics:ppo-cartpole"].note and out["runner_metrics:ppo-cartpole"].latency > 0
     team = out.pop("torch_team:ppo-cartpole")
     if (os.cpu_count() or 1) < 2:  # one core: one torch thread, no team, and the reason says so
         assert not team.ok and "one torch thread" in team.note
@@ -116,7 +118,11 @@ def test_appo_update_is_the_learner_threads_own_call_on_whole_fragments():
 
     cfg = APPOConfig().environment("CartPole-v1")
     out = {m.name: m for m in cal.measure_learner("a", "appo", cfg, quick=True)}
-    assert set(out) == {"learner_update:a"}
+    assert set(out) == {"learner_update:a", "runner_metrics:a"}
+    # the rest of IMPALA's remote sample call (EnvRunner.sample_get_state_and_metrics), after a whole fragment
+    calls = out["runner_metrics:a"]
+    assert calls.ok and calls.latency > 0 and "get_state" in calls.note and "get_metrics" in calls.note
+    assert calls.extra["fragment_steps"] == cfg.get_rollout_fragment_length(worker_index=1) * cfg.num_envs_per_env_runner
     m = out["learner_update:a"]
     assert m.ok and m.per_item > 0, m.note
     assert "learner thread" in m.note

@@ -375,3 +375,44 @@ def test_ppo_update_is_the_whole_call_when_measured(learners, minibatch, epochs,
                                               "learner_update_call_local": local}, STOCK)
     assert (both.update_time_per_sample, both.update_overhead) == (local_per_sample, local_per_call)
     assert wl.epochs == epochs and wl.train_batch_per_learner == 1000
+
+
+# ---------------------------------------------------------------- the rest of the sample call; the torch team
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(metrics=times, name=st.sampled_from(["ppo-largeobs-1r-1l", "appo-cartpole-2r-1l", "dqn-cartpole-1r"]))
+def test_every_algorithms_sample_call_carries_the_rest_of_its_remote_call(metrics, name):
+    study = val.experience_path_study()
+    w, cfg = val.study_configs(study, study.parse_args([]), [name])[name]
+    base = _prims()
+    with_calls = val.sim_workload(name, w.algo, cfg, {**base, "runner_metrics": {
+        "per_item": metrics, "latency": metrics, "samples": 9, "extra": {}}}, STOCK)
+    without = val.sim_workload(name, w.algo, cfg, base, STOCK)
+    assert without.runner_call_overhead == pytest.approx(base["env_runner"]["latency"])
+    assert with_calls.runner_call_overhead == pytest.approx(base["env_runner"]["latency"] + metrics)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spin=times, share=st.floats(0.0, 1.5), threads=st.integers(2, 8))
+def test_a_local_learners_torch_team_comes_from_its_measurement(spin, share, threads):
+    study = val.experience_path_study()
+    name = "dqn-cartpole-1r"  # num_learners=0: the learner trains in the driver's process
+    w, cfg = val.study_configs(study, study.parse_args([]), [name])[name]
+    team = {"per_item": spin, "latency": spin, "samples": 9,
+            "extra": {"torch_threads": threads, "update_share": share, "load_average": [0.1, 0.1, 0.1]}}
+    wl = val.sim_workload(name, w.algo, cfg, {**_prims(), "torch_team": team}, STOCK)
+    assert (wl.learner_threads, wl.learner_spin_s) == (threads, spin)
+    assert wl.learner_thread_share == min(1.0, share)  # a measured share above 1 is clock noise
+    plain = val.sim_workload(name, w.algo, cfg, _prims(), STOCK)
+    assert (plain.learner_threads, plain.learner_spin_s) == (1, 0.0)  # not measured: no team
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--only", "torch_team"], "--only applies to --add-learner-primitives"),
+    (["--calibration", "c.json", "--add-learner-primitives", "--only", "torch_team,bogus"], "bogus"),
+])
+def test_only_is_checked_and_names_what_is_wrong(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        val.parse_args(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    args = val.parse_args(["--calibration", "c.json", "--add-learner-primitives", "--only", "torch_team,runner_metrics"])
+    assert args.only == "torch_team,runner_metrics"

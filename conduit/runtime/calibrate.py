@@ -1433,19 +1433,8 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
             prio.latency, prio.bandwidth = lat, rate
             prio.note += "; the sample's fitted time subtracted per size"
             out.append(prio)
-            runner.sample(num_timesteps=steps)
-            results: list = []
-            cpu, wall = [], []
-            for _ in range(24 if quick else 80):  # each get_metrics() timed alone, after its own sample() call
-                runner.sample(num_timesteps=steps)
-                c, t = _cpu_clock(lambda: results.append(runner.get_metrics()))
-                cpu.append(c)
-                wall.append(t)
-            per_call = max(1e-9, statistics.median(cpu[4:]))
-            out.append(WorkloadMeasurement(f"runner_metrics:{name}", 1.0 / per_call, per_call, len(cpu) - 4,
-                                           "EnvRunner.get_metrics() after a sample() call, each call timed alone "
-                                           "(process CPU time, median)", [1], [per_call], unit="calls",
-                                           extra={"wall_medians": [statistics.median(wall[4:])]}))
+            metrics, results = _runner_call_extras(name, algo, runner, steps, quick)
+            out.append(metrics)
             logger = MetricsLogger()
             results = results[-64:]
 
@@ -1463,12 +1452,73 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
         for m in out:
             if m.unit == "calls":  # n calls per sweep point: the per-call time is the fitted slope
                 m.latency = 1.0 / m.bandwidth
+        if algo != "dqn":  # (DQN's is measured above, with the metrics its driver aggregates)
+            fragment = int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
+            out.append(_runner_call_extras(name, algo, runner, fragment, quick)[0])
         if team:
             batch = int(cfg.total_train_batch_size if algo == "dqn" else (cfg.minibatch_size or cfg.train_batch_size_per_learner))
             n = min(sizes, key=lambda s: abs(s - batch))
             out.append(measure_torch_team(name, lambda: update(n), f"{type(learner).__name__}.update of {n} samples",
                                           quick))
         return out
+    finally:
+        with contextlib.suppress(Exception):
+            runner.stop()
+
+
+#: CPU seconds :func:`_runner_call_extras` spends sampling fragments before it stops repeating
+RUNNER_CALL_BUDGET_S = 6.0
+
+
+def _runner_call_extras(name: str, algo: str, runner: Any, steps: int, quick: bool) -> tuple[WorkloadMeasurement, list]:
+    """``runner_metrics:<name>``: what the algorithm's remote sampling call runs on the EnvRunner besides
+    ``sample()``, each timed alone after its own ``sample(num_timesteps=steps)`` of one fragment (the
+    episodes it finished are what the metrics summarise). PPO and DQN: ``get_metrics()``
+    (``execution/rollout_ops.py: synchronous_parallel_sample`` with ``_return_metrics=True``); APPO
+    and IMPALA: ``get_state(not_components=rl_module)`` and ``get_metrics()``
+    (``env/env_runner.py: EnvRunner.sample_get_state_and_metrics``; its ``ray.put`` of the episodes is
+    the sample's serialization, which the cost model charges apart). Repeated for at most
+    :data:`RUNNER_CALL_BUDGET_S` of sampling (a long fragment samples for seconds), at least 4 times (quick: 2).
+    Returns the measurement and the metrics the calls returned (DQN's driver aggregates them)."""
+    from ray.rllib.core import COMPONENT_RL_MODULE
+
+    def extras():
+        if algo == "appo":
+            runner.get_state(not_components=COMPONENT_RL_MODULE)
+        results.append(runner.get_metrics())
+
+    results: list = []
+    cpu, wall = [], []
+    runner.sample(num_timesteps=steps)
+    runner.get_metrics()
+    spent, cap = 0.0, (24 if quick else 80)
+    least = 2 if quick else 4
+    while len(cpu) < cap and (len(cpu) < least or spent < RUNNER_CALL_BUDGET_S * (0.25 if quick else 1.0)):
+        spent += _cpu_clock(lambda: runner.sample(num_timesteps=steps))[0]
+        c, t = _cpu_clock(extras)
+        cpu.append(c)
+        wall.append(t)
+    skip = min(4, len(cpu) // 4)
+    per_call = max(1e-9, statistics.median(cpu[skip:]))
+    what = ("EnvRunner.get_state(not_components=rl_module) + get_metrics()" if algo == "appo"
+            else "EnvRunner.get_metrics()")
+    return WorkloadMeasurement(f"runner_metrics:{name}", 1.0 / per_call, per_call, len(cpu) - skip,
+                               f"{what} after a sample() call of {steps} env steps, each call timed alone "
+                               f"(process CPU time, median)", [1], [per_call], unit="calls",
+                               extra={"wall_medians": [statistics.median(wall[skip:])], "fragment_steps": steps}), results
+
+
+def measure_runner_call(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:
+    """``runner_metrics:<name>`` alone (:func:`_runner_call_extras`), on a local EnvRunner of ``config``."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    if algo not in ("ppo", "dqn", "appo"):
+        return []
+    cfg = config.copy(copy_frozen=False).learners(num_learners=0)
+    runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
+    try:
+        steps = int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
+        return [_runner_call_extras(name, algo, runner, steps, quick)[0]]
     finally:
         with contextlib.suppress(Exception):
             runner.stop()
