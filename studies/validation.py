@@ -323,8 +323,9 @@ def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, A
 
 #: primitives measured with a local learner's torch threads (:func:`conduit.runtime.calibrate.measure_local_learner`)
 LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "torch_team")
-#: every kind --add-learner-primitives measures (``--only`` picks among them)
-LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", *DQN_DRIVER_PRIMITIVES, *LOCAL_PRIMITIVES)
+#: every kind --add-learner-primitives measures (``--only`` picks among them; ``env_runner`` only when asked)
+LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", *DQN_DRIVER_PRIMITIVES, *LOCAL_PRIMITIVES,
+                      "env_runner")
 
 
 def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, Any], quick: bool,
@@ -343,14 +344,21 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
     load = os.getloadavg()
     runs: dict[str, list] = {}
     one_thread = not only or any(k not in LOCAL_PRIMITIVES for k in only)
-    calls_only = bool(only) and set(only) <= {"runner_metrics"}  # no learner needed: a runner's calls alone
+    # what a runner alone measures needs no learner: its calls, its sampling (only when asked for)
+    runner_only = bool(only) and set(only) <= {"runner_metrics", "env_runner"}
     for _ in range(max(1, repeat)):
         with cal._torch_threads(1):
             for key, (algo, cfg) in calibration_configs(configs).items() if one_thread else ():
-                measure = cal.measure_runner_call if calls_only else cal.measure_learner
-                for m in measure(key, algo, cfg, quick):
+                ms = []
+                if "env_runner" in only:
+                    ms.append(cal.measure_env_runner(key, cfg, quick))
+                if not runner_only:
+                    ms += cal.measure_learner(key, algo, cfg, quick)
+                elif "runner_metrics" in only:
+                    ms += cal.measure_runner_call(key, algo, cfg, quick)
+                for m in ms:
                     runs.setdefault(m.name, []).append(m)
-        for key, (algo, cfg) in calibration_configs(configs).items() if not calls_only else ():
+        for key, (algo, cfg) in calibration_configs(configs).items() if not runner_only else ():
             if int(cfg.num_learners or 0) == 0:  # a local learner: the driver's torch threads, wall clock
                 for m in cal.measure_local_learner(key, algo, cfg, quick):
                     runs.setdefault(m.name, []).append(m)

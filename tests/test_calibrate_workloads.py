@@ -128,3 +128,21 @@ def test_appo_update_is_the_learner_threads_own_call_on_whole_fragments():
     assert "learner thread" in m.note
     fragment = cfg.get_rollout_fragment_length(worker_index=1) * cfg.num_envs_per_env_runner
     assert all(n % fragment == 0 for n in m.sizes)
+
+
+@pytest.mark.parametrize("algo, fragment", [("dqn", 1), ("ppo", 200)])
+def test_the_env_runner_sweep_reaches_the_configs_own_fragment(algo, fragment):
+    """A long fragment's per-step rate includes the episodes ending in it; a one-step fragment's
+    (DQN's) per-call cost is read at its own size."""
+    pytest.importorskip("ray.rllib")
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cfg = (DQNConfig() if algo == "dqn" else PPOConfig()).environment("CartPole-v1")
+    cfg = cfg.env_runners(num_env_runners=1, rollout_fragment_length=fragment)
+    if algo == "ppo":
+        cfg = cfg.training(train_batch_size_per_learner=fragment)
+    m = cal.measure_env_runner("r", cfg, quick=True)
+    assert m.ok, m.note
+    assert (m.sizes[0] if algo == "dqn" else m.sizes[-1]) == fragment
+    assert m.sizes == sorted(m.sizes) and len(m.sizes) == len(set(m.sizes)) == 4
