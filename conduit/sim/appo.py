@@ -41,6 +41,7 @@ import simpy
 
 from conduit.chunk import Chunk
 from conduit.sim.cluster import LearnerRole, RunnerRole
+from conduit.sim.cores import SAMPLING_QUANTUM
 from conduit.sim.metrics import ChunkTrace, UpdateTrace
 
 
@@ -83,7 +84,7 @@ class AppoLoop:
                                        checksums={c: self._checksum(c) for c in cids})
             for cid in finished:  # used max_reuse times: leaves the plane
                 self.release(cid)
-            yield simpy.AllOf(self.env, [self.env.process(self.appo_train(
+            yield simpy.AllOf(self.env, [self.env.process(self.learner_compute(
                 lr, w.update_overhead + u.samples * w.update_time_per_sample)) for lr, u in zip(learners, updates, strict=True)])
             for u in updates:
                 u.t_end = t_free[u.learner] = self.env.now
@@ -116,8 +117,6 @@ class AppoLoop:
         anyone, so it waits for work to arrive there (:meth:`~conduit.sim.resources.CpuPool.work_arrives`)
         rather than polling the event queue forever: a run that stalls (placements waiting for room
         that never comes) still ends and is reported as stalled."""
-        from conduit.sim.cores import SAMPLING_QUANTUM
-
         node = self.layout.driver_node
         pool = self.cpus[node]
         duty = min(1.0, max(0.0, self.stock.driver_poll_cores))
@@ -130,12 +129,6 @@ class AppoLoop:
                 yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=True)
                 if duty < 1.0:
                     yield self.env.timeout((1.0 - duty) * SAMPLING_QUANTUM)
-
-    def appo_train(self, lr: LearnerRole, seconds: float) -> Generator:
-        """One training step on the learner's device: a CPU learner's (``lr.hbm`` None) is its learner
-        thread on a core of its node (Ray workers run torch with ``OMP_NUM_THREADS=1``), held in quanta
-        on a crowded node; a GPU's is the engine's."""
-        yield from self.learner_compute(lr, seconds)
 
     def broadcast(self, version: int) -> Generator:
         yield self.env.timeout(self.workload.weight_sync_time)
