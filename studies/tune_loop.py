@@ -4,8 +4,8 @@ tuned parameters against the defaults in a real RLlib run.
     python studies/tune_loop.py [--calibration FILE] [--workload ppo-largeobs-1r-1l] [--budget 16]
         [--predict-only] [--iters 9] [--warmup 1] [--out results/tune_loop]
 
-1. The topology and the simulator's workload come from the calibration exactly as in
-   ``studies/validation.py`` (:func:`validation.topology_from_calibration`, :func:`validation.sim_workload`
+1. The topology, the simulator's workload and its stock costs come from the calibration exactly as in
+   ``studies/validation.py`` (:func:`validation.topology_from_calibration`, :func:`validation.build_workloads`
    of the experience-path study's own config; the calibration is ``--calibration FILE``, else
    ``results/validation/calibration.json`` when it exists, else measured now).
 2. :func:`conduit.sim.tune.tune` searches the ``conduit`` policy's declared parameters for that workload
@@ -198,7 +198,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     configs = val.study_configs(study, study.parse_args([]), [args.workload])
-    w, cfg = configs[args.workload]
     path = args.calibration or (DEFAULT_CALIBRATION if DEFAULT_CALIBRATION.exists() else None)
     if path is not None:
         calibration, source = json.loads(Path(path).read_text()), str(path)
@@ -206,17 +205,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = val.calibrate(configs, quick=False)
         (args.out / "calibration.json").write_text(json.dumps(calibration, indent=1))
         source = f"{args.out / 'calibration.json'} (measured now)"
-    stock = val.stock_costs_from_primitives()
     topology, _ = val.topology_from_calibration(calibration)
-    key = val.primitive_key(w.algo, w.env)
-    kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
-    prims = {kind: val._primitive(calibration, kind, key) for kind in kinds}
-    workload = val.sim_workload(args.workload, w.algo, cfg, prims, stock)
+    # the workload and its stock costs exactly as validation.py predicts them
+    workloads, stocks = val.build_workloads(configs, calibration, val.stock_costs_from_primitives())
+    workload, stock = workloads[args.workload], stocks[args.workload]
 
     from conduit.sim.tune import tune, write_result
 
     print(f"conduit tune: {args.workload} on {topology.name}, budget {args.budget} ...", flush=True)
-    result = tune(topology, workload, "conduit", budget=args.budget, seed=0, iterations=args.sim_iterations)
+    result = tune(topology, workload, "conduit", budget=args.budget, seed=0, iterations=args.sim_iterations,
+                  stock_costs=stock)
     params_file = write_result(result, args.out / "tuned-conduit.json")
     p_default = float(result.default_metrics["iteration_time_s"])
     p_tuned = float(result.best_metrics["iteration_time_s"])

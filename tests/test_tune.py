@@ -386,3 +386,17 @@ def test_check_policy_space_rules():
             check_policy_space((depth,), {"depth": bad}, None, "p")
     with pytest.raises(ConduitError, match=r"one of \[True, False\]"):
         check_policy_space((mode,), {"mode": 1}, None, "p")
+
+
+def test_tune_simulates_with_the_stock_costs_it_is_given():
+    """The deployed model pays the stock sampler's, RPC and connector costs: a tuning run on a calibrated
+    machine must use that machine's stock costs (studies/tune_loop.py passes validation's)."""
+    import conduit as conduit_api
+    from conduit.sim.params import StockCosts
+
+    dear = replace(StockCosts(), driver_bookkeeping=StockCosts().driver_bookkeeping * 20)
+    tuned = tune(TOPOLOGY, WORKLOAD, "conduit", budget=1, seed=SEED, iterations=ITERATIONS, stock_costs=dear)
+    direct = conduit_api.simulate(TOPOLOGY, WORKLOAD, "conduit", iterations=ITERATIONS, seed=SEED, stock_costs=dear)
+    assert tuned.default_metrics["iteration_time_s"] == pytest.approx(direct.metrics["iteration_time_s"], rel=1e-12)
+    plain = tune(TOPOLOGY, WORKLOAD, "conduit", budget=1, seed=SEED, iterations=ITERATIONS)
+    assert plain.default_metrics["iteration_time_s"] != tuned.default_metrics["iteration_time_s"]

@@ -668,7 +668,7 @@ def search_space(space: Sequence[Param], evaluate: Callable[[dict[str, Any]], Tr
 
 def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, budget: int = DEFAULT_BUDGET,
          seed: int = 0, iterations: int = DEFAULT_ITERATIONS, objective: str = DEFAULT_OBJECTIVE,
-         progress: Callable[[int, int], None] | None = None) -> TuneResult:
+         progress: Callable[[int, int], None] | None = None, stock_costs: Any = None) -> TuneResult:
     """Search ``policy``'s declared parameters (:attr:`Policy.space`) on the simulator.
 
     ``topology`` and ``workload`` may be names, paths or objects; ``policy`` a registered name or a
@@ -676,12 +676,16 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
     included), each ``iterations`` learner updates with simulator seed ``seed``, which also seeds
     the search. ``objective`` is ``iteration_time_s`` or ``exposed_experience_path_s`` (lower is
     better; ties broken by the other). ``progress(done, budget)`` is called after each simulation.
+    ``stock_costs``: the :class:`~conduit.sim.params.StockCosts` every simulation uses, as
+    :func:`conduit.simulate` takes them (a file, a mapping or the object; default: the built-in ones); the
+    deployed plane's model pays the stock sampler's, RPC and connector costs from it too.
     Raises :class:`ConduitError` for a policy without tunable parameters, one whose space the policy
     cannot be tuned over (:func:`check_policy_space`; both before any simulation), a budget below 1,
     an unknown objective, or when no evaluated parameter set — the defaults included — is feasible.
     """
     from conduit.registration import factory_keywords
     from conduit.registry import create_policy, policy_registry
+    from conduit.sim.cost_file import resolve_stock_costs
     from conduit.sim.engine import Simulation
     from conduit.sim.workload import load_workload
     from conduit.topology import Topology, load_topology
@@ -724,6 +728,7 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
 
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     wl = load_workload(workload)
+    stock, stock_source = resolve_stock_costs(stock_costs)
     keys = (objective, next(o for o in OBJECTIVES if o != objective))
 
     def evaluate(params: dict[str, Any]) -> Trial:
@@ -732,7 +737,8 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
             # deploys it (a given parameter changes the deployment: conduit.deploy_settings); a candidate's
             # parameters are all given, as the tuned file that enable(params_file=...) reads gives them
             pol = factory() if params == defaults else factory(**params)
-            result = Simulation(topo, wl, pol, iterations=iterations, seed=seed).run()
+            result = Simulation(topo, wl, pol, iterations=iterations, seed=seed, stock=stock,
+                                stock_source=stock_source).run()
         except ConduitError as exc:
             return Trial(dict(params), {"error": str(exc)}, False)
         metrics = {k: _plain(v) for k, v in result.metrics.items()}
