@@ -1187,6 +1187,11 @@ def _workload_env(config):
     return env(ctx)
 
 
+def _fragment_steps(cfg: Any) -> int:
+    """Env steps one ``sample()`` call of the config's EnvRunner returns: its fragment times its envs."""
+    return int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
+
+
 def measure_env_runner(name: str, config, quick: bool = False) -> WorkloadMeasurement:
     """``SingleAgentEnvRunner.sample(num_timesteps=n)`` of ``config`` (an RLlib ``AlgorithmConfig``), local.
 
@@ -1208,7 +1213,7 @@ def measure_env_runner(name: str, config, quick: bool = False) -> WorkloadMeasur
             kept.append(episodes)
 
     sizes = [4, 16, 64] if quick else [8, 32, 128]
-    fragment = int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
+    fragment = _fragment_steps(cfg)
     fragment = min(fragment, 256) if quick else fragment
     if fragment > sizes[-1]:
         sizes.append(fragment)
@@ -1358,7 +1363,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
     runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
     sizes = [8, 32, 128] if quick else [16, 64, 256]
     if algo == "appo":  # whole fragments, up to the learner's batch
-        fragment = int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
+        fragment = _fragment_steps(cfg)
         top = max(1, int(cfg.train_batch_size_per_learner) // fragment)
         sizes = sorted({fragment * k for k in ((1, max(1, top // 2)) if quick else (1, max(1, top // 2), top))})
     budget = 0.1 if quick else 0.5
@@ -1392,7 +1397,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
 
             rb_cfg = dict(cfg.replay_buffer_config)
             buffer = _replay_buffer(rb_cfg)
-            steps = max(1, int(cfg.get_rollout_fragment_length(1)) * int(cfg.num_envs_per_env_runner))
+            steps = max(1, _fragment_steps(cfg))
             for _ in range(max(64, 2 * max(sizes) // steps)):
                 buffer.add(runner.sample(num_timesteps=steps, random_actions=True))
             beta = rb_cfg.get("beta")
@@ -1466,7 +1471,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
             if m.unit == "calls":  # n calls per sweep point: the per-call time is the fitted slope
                 m.latency = 1.0 / m.bandwidth
         if algo != "dqn":  # (DQN's is measured above, with the metrics its driver aggregates)
-            fragment = int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
+            fragment = _fragment_steps(cfg)
             out.append(_runner_call_extras(name, algo, runner, fragment, quick)[0])
         if team:
             batch = int(cfg.total_train_batch_size if algo == "dqn" else (cfg.minibatch_size or cfg.train_batch_size_per_learner))
@@ -1530,7 +1535,7 @@ def measure_runner_call(name: str, algo: str, config, quick: bool = False) -> li
     cfg = config.copy(copy_frozen=False).learners(num_learners=0)
     runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
     try:
-        steps = int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
+        steps = _fragment_steps(cfg)
         return [_runner_call_extras(name, algo, runner, steps, quick)[0]]
     finally:
         with contextlib.suppress(Exception):
@@ -1549,7 +1554,8 @@ def _ppo_update_call(name: str, cfg: Any, runner: Any, learner: Any, timesteps: 
     Timed with the config's epochs over a quarter, a half and all of the train batch (quick: 1 and 2
     minibatches), each batch built by the learner connector from its own real episodes (not timed) and
     passed whole: each minibatch of each epoch is the same work, so the time is linear in the minibatches,
-    which the rows GAE adds round up; the fit's slope is taken up to the train batch itself. The fitted rate is per sample per epoch (the sweep's rate times the epochs), the fitted
+    which the rows GAE adds round up; the fit's slope is taken up to the train batch itself.
+    The fitted rate is per sample per epoch (the sweep's rate times the epochs), the fitted
     per-call time the call's fixed cost. ``extra``: ``epochs_timed``, ``minibatch_size``."""
     from ray.rllib.core.learner.training_data import TrainingData
 
