@@ -136,7 +136,8 @@ def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str =
         if kind == "weights":
             entry["latency"] = entry["per_item"] = float(wall[0])
         else:
-            lat, rate, _ = fit_latency_bandwidth(entry["sizes"], wall)
+            lat, rate, _ = fit_latency_bandwidth(entry["sizes"], wall,
+                                                 (entry.get("extra") or {}).get("fit_anchor", "smallest"))
             rate *= (entry.get("extra") or {}).get("epochs_timed", 1)  # learner_update_call: per sample per epoch
             entry["latency"], entry["per_item"] = lat, 1.0 / rate
             if entry.get("unit") == "calls":  # n calls per sweep point: the slope is the per-call time
@@ -167,7 +168,8 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
       cost as ``runner_call_overhead``; bytes per step and episode length as the sampled episodes had them;
     - PPO: ``train_batch_size_per_learner``, ``num_epochs``; an update costs per sample per epoch the
       module's measured update time, plus ``epochs x ceil(batch / minibatch)`` times its per-call cost;
-      the GAE value pass the measured ``compute_values`` time per sample;
+      the GAE value pass the ``GeneralAdvantageEstimation`` connector piece as timed in the learner's pipeline
+      on fresh episodes (:func:`gae_per_sample`; an older calibration: ``compute_values`` per sample);
     - APPO (``algorithms/appo/appo.py: APPOConfig``): a batch of ``train_batch_size_per_learner`` steps
       (``chunks_per_batch`` = batch / fragment), each batch trained ``circular_buffer_iterations_per_batch``
       times (``max_reuse``), at most ``circular_buffer_num_batches`` batches buffered (``max_lag``),
@@ -221,7 +223,7 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
         else:  # an older calibration: per-minibatch calls only
             fields.update(update_overhead=int(cfg.num_epochs) * math.ceil(batch / minibatch) * float(update["latency"]))
         fields.update(train_batch_per_learner=batch, epochs=int(cfg.num_epochs),
-                      value_pass_per_sample=float(prims["value_pass"]["per_item"]))
+                      value_pass_per_sample=gae_per_sample(prims, batch))
     elif algo == "appo":
         fields.update(train_batch_per_learner=batch, chunks_per_batch=max(1, math.ceil(batch / (fragment * envs))),
                       max_reuse=int(cfg.circular_buffer_iterations_per_batch),
@@ -282,6 +284,19 @@ def ppo_update_call(prims: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return prims.get("learner_update_call_local") or prims.get("learner_update_call")
 
 
+def gae_per_sample(prims: Mapping[str, Any], batch: int) -> float:
+    """PPO's GAE connector per sample at the train batch: the ``gae_connector`` primitive (the
+    ``GeneralAdvantageEstimation`` piece timed inside the learner's own connector pipeline on fresh
+    episodes, :func:`conduit.runtime.calibrate._ppo_learner_iteration`; a local learner's
+    ``gae_connector_local`` where :func:`local_usable` admitted it), its per-call part spread over the
+    batch (the simulator charges the pass per sample); an older calibration's ``value_pass``
+    (``compute_values`` alone on a cached batch) where it was not measured."""
+    entry = prims.get("gae_connector_local") or prims.get("gae_connector")
+    if entry is None:
+        return float(prims["value_pass"]["per_item"])
+    return float(entry["per_item"]) + float(entry["latency"]) / max(1, batch)
+
+
 def local_learner_update(prims: Mapping[str, Any]) -> Mapping[str, Any]:
     """The update primitive of a local learner: ``learner_update_local`` (the driver's torch threads,
     wall clock) when present, else the one-thread ``learner_update``."""
@@ -322,10 +337,12 @@ def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, A
 
 
 #: primitives measured with a local learner's torch threads (:func:`conduit.runtime.calibrate.measure_local_learner`)
-LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "torch_team")
+LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "gae_connector_local", "torch_team")
+#: kinds only PPO's learner has (``--only`` with nothing else measures no other algorithm)
+PPO_PRIMITIVES = {"learner_update_call", "gae_connector", "learner_update_call_local", "gae_connector_local"}
 #: every kind --add-learner-primitives measures (``--only`` picks among them; ``env_runner`` only when asked)
-LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", *DQN_DRIVER_PRIMITIVES, *LOCAL_PRIMITIVES,
-                      "env_runner")
+LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", *DQN_DRIVER_PRIMITIVES,
+                      *LOCAL_PRIMITIVES, "env_runner")
 
 
 def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, Any], quick: bool,
@@ -346,9 +363,11 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
     one_thread = not only or any(k not in LOCAL_PRIMITIVES for k in only)
     # what a runner alone measures needs no learner: its calls, its sampling (only when asked for)
     runner_only = bool(only) and set(only) <= {"runner_metrics", "env_runner"}
+    chosen = {key: (algo, cfg) for key, (algo, cfg) in calibration_configs(configs).items()
+              if algo == "ppo" or not (only and set(only) <= PPO_PRIMITIVES)}
     for _ in range(max(1, repeat)):
         with cal._torch_threads(1):
-            for key, (algo, cfg) in calibration_configs(configs).items() if one_thread else ():
+            for key, (algo, cfg) in chosen.items() if one_thread else ():
                 ms = []
                 if "env_runner" in only:
                     ms.append(cal.measure_env_runner(key, cfg, quick))
@@ -358,7 +377,7 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
                     ms += cal.measure_runner_call(key, algo, cfg, quick)
                 for m in ms:
                     runs.setdefault(m.name, []).append(m)
-        for key, (algo, cfg) in calibration_configs(configs).items() if not runner_only else ():
+        for key, (algo, cfg) in chosen.items() if not runner_only else ():
             if int(cfg.num_learners or 0) == 0:  # a local learner: the driver's torch threads, wall clock
                 for m in cal.measure_local_learner(key, algo, cfg, quick):
                     runs.setdefault(m.name, []).append(m)
@@ -402,7 +421,7 @@ def _median_of_runs(ms: Sequence[Any]) -> Any:
     medians = [statistics.median(m.medians[i] for m in ms) for i in range(len(first.medians))]
     walls = [statistics.median(m.extra["wall_medians"][i] for m in ms) for i in range(len(first.medians))] \
         if all("wall_medians" in m.extra for m in ms) else None
-    lat, rate, _ = fit_latency_bandwidth(first.sizes, medians)
+    lat, rate, _ = fit_latency_bandwidth(first.sizes, medians, first.extra.get("fit_anchor", "smallest"))
     rate *= first.extra.get("epochs_timed", 1)  # learner_update_call: per sample per epoch
     m = replace(first, latency=lat, bandwidth=rate, medians=medians, samples=sum(x.samples for x in ms),
                 extra={**first.extra, **({"wall_medians": walls} if walls else {})})
@@ -439,10 +458,10 @@ def build_workloads(configs: Mapping[str, Any], calibration: Mapping[str, Any], 
         extra = DQN_DRIVER_PRIMITIVES if w.algo == "dqn" else ("runner_metrics",)
         prims.update({kind: _primitive(calibration, kind, key, clock) for kind in extra
                       if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples")})
-        for kind in ("learner_update_call",) if w.algo == "ppo" else ():
+        for kind in ("learner_update_call", "gae_connector") if w.algo == "ppo" else ():
             if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples"):
                 prims[kind] = _primitive(calibration, kind, key, clock)
-        for kind in ("learner_update_local", "learner_update_call_local", "torch_team"):
+        for kind in LOCAL_PRIMITIVES:
             local = calibration.get("workload", {}).get(f"{kind}:{key}")
             if int(cfg.num_learners or 0) == 0 and local_usable(local):
                 prims[kind] = local

@@ -67,8 +67,9 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     assert set(out) == {"env_runner:ppo-cartpole", "learner_update:ppo-cartpole", "value_pass:ppo-cartpole",
                         "weights:ppo-cartpole", "learner_update_proxy:ppo-cartpole",
                         "learner_update_call:ppo-cartpole",
+                        "gae_connector:ppo-cartpole",  # the GAE piece inside the learner's own pipeline
                         "learner_update_local:ppo-cartpole",  # num_learners=0: also with the driver's threads
-                        "learner_update_call_local:ppo-cartpole",
+                        "learner_update_call_local:ppo-cartpole", "gae_connector_local:ppo-cartpole",
                         "torch_team:ppo-cartpole",  # what the driver's extra torch threads cost the node
                         "runner_metrics:ppo-cartpole"}  # the rest of the remote sample call: get_metrics()
     assert "get_metrics" in out["runner_metrics:ppo-cartpole"].note and out["runner_metrics:ppo-cartpole"].latency > 0
@@ -83,6 +84,12 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     call = out["learner_update_call:ppo-cartpole"]
     assert call.extra["epochs_timed"] == 30 and call.extra["minibatch_size"] == 128
     assert set(call.sizes) == {128, 256} and call.per_item > 0  # quick: 1 and 2 minibatches
+    # each timed on fresh episodes, fitted through the largest size (the train batch, where the workload runs)
+    gae = out["gae_connector:ppo-cartpole"]
+    assert "GeneralAdvantageEstimation" in gae.note and "fresh episodes" in call.note
+    assert gae.sizes == call.sizes and gae.per_item > 0 and gae.samples == call.samples == 4
+    assert call.extra["fit_anchor"] == gae.extra["fit_anchor"] == "largest"
+    assert out["gae_connector_local:ppo-cartpole"].extra["fit_anchor"] == "largest"
     assert out["learner_update_call_local:ppo-cartpole"].extra["epochs_timed"] == 30
     assert out["learner_update_local:ppo-cartpole"].extra["load_average"]  # wall clock: the load is recorded
     # RLlib's own PPOTorchLearner.update replaces the proxy (forward_train + a sum of its outputs)

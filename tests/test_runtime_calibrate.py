@@ -84,6 +84,29 @@ def test_fit_is_exact_on_linear_timings(latency, bandwidth, top):
     assert lat == pytest.approx(latency, rel=1e-6, abs=1e-9 * times[-1])
 
 
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.floats(1e-4, 10.0), min_size=2, max_size=3), step=st.floats(1.01, 8.0))
+def test_a_fit_anchored_on_the_largest_size_reproduces_its_time(times, step):
+    """A sweep that reaches the size the workload runs at (a whole train batch): anchored on the largest
+    size, the fitted line gives that size's measured time back whatever the smaller sizes did (it is the
+    line through the two largest, up to three sizes), unless the intercept clamps at 0 or the time does
+    not grow; the slope is the unanchored fit's."""
+    times = sorted(times)
+    sizes = [500 * step**i for i in range(len(times))]
+    lat, bw, how = fit_latency_bandwidth(sizes, times, anchor="largest")
+    _, bw0, _ = fit_latency_bandwidth(sizes, times)
+    assert bw == pytest.approx(bw0, rel=1e-9)
+    if "zero-copy" not in how and lat > 0:
+        assert lat + sizes[-1] / bw == pytest.approx(times[-1], rel=1e-9)
+        assert lat + sizes[-2] / bw == pytest.approx(times[-2], rel=1e-9)
+    assert lat >= 0
+
+
+def test_fit_anchor_is_checked():
+    with pytest.raises(ValueError, match="anchor"):
+        fit_latency_bandwidth([1, 2], [1.0, 2.0], anchor="middle")
+
+
 # --- measuring this machine ----------------------------------------------------------------------------------
 
 

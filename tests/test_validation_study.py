@@ -377,6 +377,50 @@ def test_ppo_update_is_the_whole_call_when_measured(learners, minibatch, epochs,
     assert wl.epochs == epochs and wl.train_batch_per_learner == 1000
 
 
+# ---------------------------------------------------------------- PPO: the GAE connector
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.integers(64, 4000), per_sample=times, per_call=times, local_per_sample=times, value=times)
+def test_ppo_gae_is_the_connector_piece_at_the_train_batch_when_measured(batch, per_sample, per_call,
+                                                                        local_per_sample, value):
+    """``gae_connector`` (the GAE piece timed in the learner's pipeline) replaces ``compute_values`` alone,
+    its per-call part spread over the train batch; a local learner's admitted wall-clock entry wins."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cfg = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
+           .training(train_batch_size_per_learner=batch, minibatch_size=64))
+    base = _prims(value=value)
+    gae = {"per_item": per_sample, "latency": per_call, "samples": 9, "extra": {"fit_anchor": "largest"}}
+    assert val.sim_workload("w", "ppo", cfg, base, STOCK).value_pass_per_sample == value
+    wl = val.sim_workload("w", "ppo", cfg, {**base, "gae_connector": gae}, STOCK)
+    assert wl.value_pass_per_sample * batch == pytest.approx(per_sample * batch + per_call)
+    local = {**gae, "per_item": local_per_sample}
+    both = val.sim_workload("w", "ppo", cfg, {**base, "gae_connector": gae, "gae_connector_local": local}, STOCK)
+    assert both.value_pass_per_sample * batch == pytest.approx(local_per_sample * batch + per_call)
+
+
+@settings(max_examples=20, deadline=None)
+@given(runs=st.lists(st.lists(st.floats(0.1, 10.0), min_size=3, max_size=3), min_size=2, max_size=4))
+def test_repeated_runs_keep_their_fit_anchor(runs):
+    """``_median_of_runs`` refits the per-size medians the way the sweep was fitted: a sweep anchored on
+    its largest size (the train batch) still reproduces the median measured there."""
+    import statistics
+
+    from conduit.runtime.calibrate import WorkloadMeasurement
+
+    sizes = [500, 1000, 2000]
+    ms = [WorkloadMeasurement("gae_connector:x", 1.0, 0.0, 3, "n", sizes, sorted(r), unit="samples",
+                              extra={"fit_anchor": "largest", "wall_medians": sorted(r)}) for r in runs]
+    from conduit.runtime.calibrate import fit_latency_bandwidth
+
+    m = val._median_of_runs(ms)
+    assert m.medians == [pytest.approx(statistics.median(sorted(r)[i] for r in runs)) for i in range(3)]
+    lat, rate, how = fit_latency_bandwidth(sizes, m.medians, anchor="largest")
+    assert (m.latency, m.bandwidth) == (pytest.approx(lat), pytest.approx(rate))
+    if lat > 0 and "zero-copy" not in how:  # the line through the two largest sizes' medians
+        assert m.latency + sizes[-1] * m.per_item == pytest.approx(m.medians[-1], rel=1e-6)
+    assert m.extra["fit_anchor"] == "largest"
+
+
 # ---------------------------------------------------------------- the rest of the sample call; the torch team
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(metrics=times, name=st.sampled_from(["ppo-largeobs-1r-1l", "appo-cartpole-2r-1l", "dqn-cartpole-1r"]))

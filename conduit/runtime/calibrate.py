@@ -128,7 +128,8 @@ def _failed(name: str, reason: str) -> Measurement:
 # --- the fit -------------------------------------------------------------------------------------------
 
 
-def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float, str]:
+def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float],
+                          anchor: str = "smallest") -> tuple[float, float, str]:
     """Fit ``t = latency + size / bandwidth`` to per-size median times; return ``(latency, bandwidth, how)``.
 
     Bandwidth comes from the large copies, latency from the small ones: the slope is a least-squares
@@ -136,9 +137,16 @@ def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float]) -> tup
     decide the time; the latency is what the smallest size's time leaves once its bytes are paid at
     that bandwidth, clamped at >= 0. On exactly linear timings both are recovered exactly.
 
+    ``anchor="largest"``: the latency is the intercept of that least-squares line instead, for a sweep
+    whose largest size is the one the workload runs at (a whole train batch): the fit then reproduces
+    the time measured there, where a latency read off the smallest size would not (the slope through
+    the large sizes misses a small size's time by whatever is not linear in between).
+
     Where the bytes cost under a tenth of the largest size's time (a zero-copy operation such as
     ``ray.get`` or out-of-band pickling), the sweep cannot resolve a bandwidth: it is then the largest
     size over its time (a lower bound) and the latency is the smallest size's time; ``how`` says so."""
+    if anchor not in ("smallest", "largest"):
+        raise ValueError(f"anchor must be 'smallest' or 'largest', got {anchor!r}")
     s = np.asarray(sizes, dtype=float)
     t = np.asarray(times, dtype=float)
     if s.shape != t.shape or s.ndim != 1 or s.size == 0:
@@ -154,14 +162,19 @@ def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float]) -> tup
     big_s, big_t = s[-k:] / scale, t[-k:]
     if np.unique(big_s).size < 2:
         big_s, big_t = s / scale, t
-    slope, _ = np.polyfit(big_s, big_t, 1)
+    slope, intercept = np.polyfit(big_s, big_t, 1)
     if not (math.isfinite(slope) and slope > 0 and slope >= 0.1 * t[-1]):
         return float(t[0]), float(s[-1] / t[-1]), (
             "time barely grows with size (zero-copy): bandwidth = largest size / its time (a lower bound), "
             "latency = smallest size's time")
     bandwidth = scale / float(slope)
-    latency = float(t[0] - s[0] / bandwidth)
-    how = f"bandwidth = least-squares slope over the {k} largest sizes, latency = smallest size's time less its bytes"
+    if anchor == "largest":
+        latency = float(intercept)
+        how = f"bandwidth and latency = least-squares line through the {k} largest sizes"
+    else:
+        latency = float(t[0] - s[0] / bandwidth)
+        how = (f"bandwidth = least-squares slope over the {k} largest sizes, latency = smallest size's time "
+               f"less its bytes")
     if latency < 0:
         latency, how = 0.0, how + " (clamped to 0)"
     return latency, bandwidth, how
@@ -1148,12 +1161,24 @@ def _item_sweep(name: str, unit: str, run: Callable[[int], None], sizes: Sequenc
         cpu_medians.append(statistics.median(t[0] for t in times))
         wall_medians.append(statistics.median(t[1] for t in times))
         samples += reps
+    return _from_medians(name, unit, sizes, cpu_medians, wall_medians, samples, note)
+
+
+def _from_medians(name: str, unit: str, sizes: Sequence[int], cpu_medians: Sequence[float],
+                  wall_medians: Sequence[float], samples: int, note: str,
+                  anchor: str = "smallest") -> WorkloadMeasurement:
+    """A :class:`WorkloadMeasurement` fitted (``t = latency + n / rate``) to per-size CPU medians; a fit
+    anchored on the largest size (:func:`fit_latency_bandwidth`) is recorded in ``extra["fit_anchor"]``, so
+    every refit of its medians (wall clock, repeated runs) keeps it."""
     cpu_medians = [max(t, 1e-9) for t in cpu_medians]
-    lat, rate, how = fit_latency_bandwidth(sizes, cpu_medians)
+    lat, rate, how = fit_latency_bandwidth(sizes, cpu_medians, anchor)
+    extra: dict[str, Any] = {"wall_medians": list(wall_medians)}
+    if anchor != "smallest":
+        extra["fit_anchor"] = anchor
     return WorkloadMeasurement(name, rate, lat, samples,
                                f"{note}; {unit} {min(sizes)}..{max(sizes)} ({len(sizes)} sizes); process CPU time, "
                                f"median per size, {how.replace('size', 'count').replace('bandwidth', 'rate')}",
-                               list(sizes), cpu_medians, unit=unit, extra={"wall_medians": wall_medians})
+                               list(sizes), cpu_medians, unit=unit, extra=extra)
 
 
 def _space_batch(space, n: int, rng: np.random.Generator):
@@ -1391,7 +1416,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
             def update(n: int) -> None:
                 learner.update(batch=batches[n], minibatch_size=n, num_epochs=1, timesteps=ts)
 
-            out.append(_ppo_update_call(name, cfg, runner, learner, ts, quick))
+            out += _ppo_learner_iteration(name, cfg, runner, learner, ts, quick)
         else:
             from ray.rllib.utils.replay_buffers.utils import update_priorities_in_episode_replay_buffer
 
@@ -1542,53 +1567,94 @@ def measure_runner_call(name: str, algo: str, config, quick: bool = False) -> li
             runner.stop()
 
 
-def _ppo_update_call(name: str, cfg: Any, runner: Any, learner: Any, timesteps: dict,
-                     quick: bool) -> WorkloadMeasurement:
-    """``learner_update_call:<name>``: PPO's ``Learner.update`` as ``ppo.py: PPO.training_step`` calls it once
-    per iteration (through ``LearnerGroup.update``): a whole train batch, ``minibatch_size``, ``num_epochs``
-    and ``shuffle_batch_per_epoch`` from the config. Per-minibatch calls (``learner_update``) miss what the
-    whole call does besides the gradient steps: ``MiniBatchCyclicIterator``'s per-epoch shuffle and
-    minibatch slicing (copies of the batch's bytes) and the metrics reduced at the end (measured on
-    ``ppo-largeobs-2r-1l``: 2.1 s CPU for the whole call against 1.5 s from per-minibatch calls).
+def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, timesteps: dict,
+                           quick: bool) -> list[WorkloadMeasurement]:
+    """PPO's learner side of an iteration, each call on fresh data as the real run makes it:
+    ``learner_update_call:<name>`` and ``gae_connector:<name>``.
 
-    Timed with the config's epochs over a quarter, a half and all of the train batch (quick: 1 and 2
-    minibatches), each batch built by the learner connector from its own real episodes (not timed) and
-    passed whole: each minibatch of each epoch is the same work, so the time is linear in the minibatches,
-    which the rows GAE adds round up; the fit's slope is taken up to the train batch itself.
-    The fitted rate is per sample per epoch (the sweep's rate times the epochs), the fitted
-    per-call time the call's fixed cost. ``extra``: ``epochs_timed``, ``minibatch_size``."""
+    ``ppo.py: PPO.training_step`` hands the learner new episodes every iteration; the learner connector
+    (``Learner._make_batch_if_necessary``) builds the batch, its last piece ``GeneralAdvantageEstimation``
+    (``connectors/learner/general_advantage_estimation.py``) runs the value pass and the advantages, and
+    ``Learner.update`` trains on it with the config's ``minibatch_size``, ``num_epochs`` and
+    ``shuffle_batch_per_epoch``. Here each timed round samples fresh episodes of ``n`` env steps (not
+    timed), then times the GAE piece inside the learner's own connector pipeline and the whole update
+    call on the batch it built. A call repeated on one cached batch is faster than the real pattern: on
+    ``ppo-largeobs`` (2,000 steps of 84x84x4 uint8) the update took 2.25-2.47 s of CPU on a repeated batch
+    and 2.46-2.58 s on fresh ones, a third of it system time (the fresh tensors' page faults: 300-380
+    thousand per call); the GAE piece 0.71-0.82 s, where ``compute_values`` on a cached random batch
+    (``value_pass``) gave 0.49 s for the same size. The real learner actor spent 3.35 s of CPU per
+    iteration on the two.
+
+    Sizes: a quarter, a half and all of the train batch (quick: 1 and 2 minibatches), interleaved over
+    the rounds so drift hits every size; GAE adds a loss-masked bootstrap row per episode piece and the
+    minibatch iterator covers every row, so the call's minibatch count is ceil(rows / minibatch), and only
+    the train batch itself is its real size. Both fits are anchored on the largest size (the line through
+    the two largest, exact at the train batch). The update's rate is per sample per epoch
+    (``extra``: ``epochs_timed``, ``minibatch_size``)."""
+    from ray.rllib.connectors.learner.general_advantage_estimation import GeneralAdvantageEstimation
     from ray.rllib.core.learner.training_data import TrainingData
 
     batch = int(cfg.train_batch_size_per_learner)
     minibatch = min(batch, int(cfg.minibatch_size or batch))
     per_batch = max(1, batch // minibatch)
-    # up to the train batch itself (quick: 1 and 2 minibatches): the rows GAE adds (a bootstrap row per
-    # episode piece) make the minibatch count ceil(rows / minibatch), so a fit from a few minibatches does
-    # not extend to the train batch
     sizes = sorted({minibatch * min(k, per_batch) for k in (1, 2)} if quick
                    else {max(minibatch, batch // 4), max(minibatch, batch // 2), batch})
     epochs = max(1, int(cfg.num_epochs))
-    # each size its own batch of n env steps, built by the learner connector from its own episodes and
-    # passed whole, as the real call gets it: GAE adds a bootstrap row per episode piece (loss-masked), so
-    # 2,000 steps are about 2,011 rows, and the minibatch iterator covers all of them. A batch cut to n rows
-    # misses that: ppo-largeobs, 2,000 steps x 2 epochs, 1.90-1.96 s cut, 2.13-2.19 s whole, the real learner
-    # 2.11 s.
-    batches = {n: learner._make_batch_if_necessary(
-        TrainingData(episodes=runner.sample(num_timesteps=n, random_actions=False))) for n in sizes}
     shuffle = bool(getattr(cfg, "shuffle_batch_per_epoch", True))
+    gae_clock: list[tuple[float, float]] = []
+    original = GeneralAdvantageEstimation.__call__
 
-    def call(n: int) -> None:
-        learner.update(batch=batches[n], minibatch_size=minibatch, num_epochs=epochs, timesteps=timesteps,
-                       shuffle_batch_per_epoch=shuffle)
+    def timed_gae(self, *args, **kwargs):
+        c0, t0 = time.process_time(), time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            gae_clock.append((time.process_time() - c0, time.perf_counter() - t0))
+
+    update_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
+    gae_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
+
+    def one_round(n: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        episodes = runner.sample(num_timesteps=n, random_actions=False)
+        gae_clock.clear()
+        built = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
+        if len(gae_clock) != 1:
+            raise ConduitError(f"{name}: the learner connector ran GeneralAdvantageEstimation {len(gae_clock)} "
+                               f"times, expected once")
+        gae = gae_clock[0]
+        update = _cpu_clock(lambda: learner.update(batch=built, minibatch_size=minibatch, num_epochs=epochs,
+                                                   timesteps=timesteps, shuffle_batch_per_epoch=shuffle))
+        return gae, update
 
     reps = 2 if quick else 3
-    m = _item_sweep(f"learner_update_call:{name}", "samples", call, sizes, 0.0, reps, reps,
-                    f"{type(learner).__name__}.update of a whole batch of n samples as PPO.training_step calls it "
-                    f"(minibatch_size={minibatch}, num_epochs={epochs}, "
-                    f"shuffle_batch_per_epoch={shuffle}), one torch thread")
-    m.bandwidth *= epochs  # per sample per epoch
-    m.extra.update(epochs_timed=epochs, minibatch_size=minibatch)
-    return m
+    GeneralAdvantageEstimation.__call__ = timed_gae
+    try:
+        one_round(sizes[0])  # warm-up: first-call paths
+        for _ in range(reps):
+            for n in sizes:
+                gae, update = one_round(n)
+                gae_times[n].append(gae)
+                update_times[n].append(update)
+    finally:
+        GeneralAdvantageEstimation.__call__ = original
+
+    def medians(times: dict[int, list[tuple[float, float]]], i: int) -> list[float]:
+        return [statistics.median(t[i] for t in times[n]) for n in sizes]
+
+    fresh = "each timed round on fresh episodes of n env steps (sampling not timed)"
+    call = _from_medians(f"learner_update_call:{name}", "samples", sizes, medians(update_times, 0),
+                         medians(update_times, 1), reps * len(sizes),
+                         f"{type(learner).__name__}.update of the batch its learner connector built, as "
+                         f"PPO.training_step calls it (minibatch_size={minibatch}, num_epochs={epochs}, "
+                         f"shuffle_batch_per_epoch={shuffle}), {fresh}, one torch thread", anchor="largest")
+    call.bandwidth *= epochs  # per sample per epoch
+    call.extra.update(epochs_timed=epochs, minibatch_size=minibatch)
+    gae = _from_medians(f"gae_connector:{name}", "samples", sizes, medians(gae_times, 0), medians(gae_times, 1),
+                        reps * len(sizes),
+                        f"GeneralAdvantageEstimation inside {type(learner).__name__}'s learner connector pipeline "
+                        f"(value pass, bootstrap rows, advantages and value targets), {fresh}, one torch thread",
+                        anchor="largest")
+    return [call, gae]
 
 
 #: idle gaps after a parallel region for :func:`measure_torch_team`: one longer than any spin-wait, one short
@@ -1686,12 +1752,12 @@ def measure_local_learner(name: str, algo: str, config, quick: bool = False) -> 
     threads = max(1, int(os.cpu_count() or 1))
     with _torch_threads(threads):
         ms = [m for m in measure_learner(name, algo, config, quick, team=True)
-              if m.name.startswith(("learner_update:", "learner_update_call:", "torch_team:"))]
+              if m.name.startswith(("learner_update:", "learner_update_call:", "gae_connector:", "torch_team:"))]
     out = [m for m in ms if m.name.startswith("torch_team:")]
     for m in ms:
         if m.name.startswith("torch_team:"):
             continue
-        lat, rate, how = fit_latency_bandwidth(m.sizes, m.extra["wall_medians"])
+        lat, rate, how = fit_latency_bandwidth(m.sizes, m.extra["wall_medians"], m.extra.get("fit_anchor", "smallest"))
         rate *= m.extra.get("epochs_timed", 1)  # learner_update_call: per sample per epoch
         out.append(WorkloadMeasurement(m.name.replace(":", "_local:", 1), rate, lat, m.samples,
                                        f"{m.note.replace('one torch thread', f'{threads} torch threads')}; "
@@ -1699,7 +1765,8 @@ def measure_local_learner(name: str, algo: str, config, quick: bool = False) -> 
                                        list(m.extra["wall_medians"]), unit=m.unit,
                                        extra={"torch_threads": threads, "load_average": list(os.getloadavg()),
                                               "default_threads": torch.get_num_threads(),
-                                              **{k: m.extra[k] for k in ("epochs_timed", "minibatch_size")
+                                              **{k: m.extra[k] for k in ("epochs_timed", "minibatch_size",
+                                                                         "fit_anchor")
                                                  if k in m.extra}}))
     return out
 
