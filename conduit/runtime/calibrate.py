@@ -1089,7 +1089,9 @@ def calibrate(out: str | Path | None = None, **kw) -> tuple[str, dict[str, Measu
 #   sample (``1 / rate``) and per call (``latency``);
 # * ``value_pass`` (PPO): ``compute_values`` under ``torch.no_grad`` over ``n`` samples -- the value
 #   function forward pass that RLlib's ``GeneralAdvantageEstimation`` learner connector runs
-#   (``ray/rllib/connectors/learner/general_advantage_estimation.py``);
+#   (``ray/rllib/connectors/learner/general_advantage_estimation.py``), on a cached random batch; PPO's
+#   ``gae_connector`` times that piece itself inside the learner's pipeline on fresh episodes, with the
+#   whole update call after it (``learner_update_call``, :func:`_ppo_learner_iteration`);
 # * ``weights``: ``get_state(inference_only=True)`` of the module, converted to numpy, and ``set_state`` of
 #   a second module: the two ends of a weight sync (``EnvRunnerGroup.sync_weights``), RPC not included.
 #
