@@ -34,6 +34,12 @@ not a validation. ``--clock wall`` predicts from the primitives' wall-clock medi
 CPU time (what they cost on the machine as loaded during the calibration: a shared machine's load inflates
 the real runs, not the CPU-time primitives).
 
+The host's speed is probed (:mod:`conduit.runtime.hostspeed`: a fixed mix of interpreted Python, fresh
+numpy arrays and a one-thread convolution, in CPU seconds) before and after the calibration, with any
+primitives added later, and before and after the real runs; the report prints the drift between them. The
+2-core development VM ran the same EnvRunner microbenchmark 18% slower one night than the evening before, with
+nothing else running: primitives and runs taken at different host speeds mis-predict by that much.
+
 ``--add-learner-primitives`` (with ``--calibration FILE``): measure only the primitives an older calibration
 lacks (RLlib's own ``Learner.update``, DQN's per-step driver calls, a local learner's update with the driver's
 torch threads) and write the merged file to ``OUT/calibration.json``, with the load average at the time.
@@ -73,6 +79,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from conduit.runtime import hostspeed
 from conduit.studies import load_script
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -331,9 +338,12 @@ def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, A
     """Measure this machine and the workload primitives; the calibration JSON as a dict."""
     from conduit.runtime import calibrate as cal
 
+    before = hostspeed.probe()
     ms = cal.measure_machine(quick=quick, ray=True, disk=False, progress=log,
                              workloads=calibration_configs(configs))
-    return json.loads(cal.to_json(ms))
+    out = json.loads(cal.to_json(ms))
+    out.setdefault("host", {})["speed_probe"] = {"before": before, "after": hostspeed.probe()}
+    return out
 
 
 #: primitives measured with a local learner's torch threads (:func:`conduit.runtime.calibrate.measure_local_learner`)
@@ -359,6 +369,7 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
     out = dict(calibration)
     workload = dict(out.get("workload", {}))
     load = os.getloadavg()
+    speed = hostspeed.probe()
     runs: dict[str, list] = {}
     one_thread = not only or any(k not in LOCAL_PRIMITIVES for k in only)
     # what a runner alone measures needs no learner: its calls, its sampling (only when asked for)
@@ -390,6 +401,7 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
             workload[proxy] = workload[name]
         entry = m.to_dict()
         entry["extra"]["load_average"] = [round(x, 2) for x in load]
+        entry["extra"]["speed_probe"] = speed
         entry["extra"]["runs"] = len(ms)
         workload[name] = entry
         log(f"calibrate: {m.summary()}")
@@ -526,6 +538,31 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
     return {(m["workload"], m["side"]): m for m in study.medians(rows)}
 
 
+def host_speed(calibration: Mapping[str, Any], measured_probe: Mapping[str, Any] | None) -> dict[str, Any]:
+    """How fast the host ran :func:`conduit.runtime.hostspeed.probe` when the primitives were measured and
+    when the real runs were, and the drift between them (positive: the runs saw a slower host). The
+    calibration's own probe (before and after it) and any probe recorded with primitives added later
+    (``extra.speed_probe``) are listed; the drift is taken from their median against the runs' median. A
+    drift beyond :data:`conduit.runtime.hostspeed.DRIFT_WARNING` is flagged: the prediction errors then
+    include it (a primitive measured on a host 18% faster predicts a run 18% short)."""
+    import statistics
+
+    cal_probes = [p for p in ((calibration.get("host") or {}).get("speed_probe") or {}).values() if p]
+    cal_probes += [e["extra"]["speed_probe"] for e in (calibration.get("workload") or {}).values()
+                   if (e.get("extra") or {}).get("speed_probe")]
+    run_probes = [p for p in (measured_probe or {}).values() if p]
+    out: dict[str, Any] = {"calibration_s": sorted({round(p["total_s"], 4) for p in cal_probes}),
+                           "runs_s": [round(p["total_s"], 4) for p in run_probes], "drift": None, "warning": False}
+    if cal_probes and run_probes:
+        def median_probe(ps):
+            return {k: statistics.median(p[k] for p in ps) for k in ("python_s", "numpy_s", "torch_s")
+                    if all(k in p for p in ps)}
+
+        out["drift"] = hostspeed.drift(median_probe(cal_probes), median_probe(run_probes))
+        out["warning"] = abs(out["drift"]) > hostspeed.DRIFT_WARNING
+    return out
+
+
 def measured_metrics(median: Mapping[str, Any]) -> dict[str, float]:
     """The simulator's metrics from the instrument's medians (``MEASURED_AS``). A run whose median
     iteration saw no learner update (``num_updates`` 0: the instrument's ``iteration_ms`` then falls back
@@ -607,6 +644,22 @@ def _f(x: Any, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
+def _host_speed_line(speed: Mapping[str, Any]) -> str:
+    """The report's sentence on the host's speed (:func:`host_speed`)."""
+    cal, runs = speed.get("calibration_s") or [], speed.get("runs_s") or []
+    if speed.get("drift") is None:
+        missing = " and ".join(w for w, got in (("the calibration", cal), ("the real runs", runs)) if not got)
+        return f"Host speed: no probe recorded with {missing}, so the host's drift between them is unknown."
+    d = speed["drift"]
+    line = (f"Host speed (`conduit.runtime.hostspeed.probe`, CPU s): {', '.join(f'{x:.3f}' for x in cal)} with the "
+            f"calibration, {', '.join(f'{x:.3f}' for x in runs)} with the real runs: the runs saw a host "
+            f"{abs(d):.1%} {'slower' if d > 0 else 'faster'}.")
+    if speed.get("warning"):
+        line += (f" **More than {hostspeed.DRIFT_WARNING:.0%}: the errors below include that drift** (a "
+                 f"primitive timed on a faster host predicts the run short).")
+    return line
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     """The report as markdown tables."""
     lines = ["# Simulator validation: predicted vs measured (out of sample)", "",
@@ -614,6 +667,7 @@ def markdown(report: Mapping[str, Any]) -> str:
              (f"Calibration: {report['calibration_source']} (workload primitives in {report['clock']} time); "
               f"stock costs: {report['stock_costs_source']}; "
               f"topology: {report['topology']}; simulator seed {SIM_SEED}."), "",
+             _host_speed_line(report.get("host_speed") or {}), "",
              "| workload | side | metric | predicted | measured | error |", "|---|---|---|---:|---:|---:|"]
     for r in report["rows"]:
         pct = r["metric"] == "experience_share"
@@ -765,18 +819,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     load_before = os.getloadavg()
     measured = None
+    measured_probe = None
     if args.measured:
         data = json.loads(args.measured.read_text())
         measured = {(m["workload"], m["side"]): measured_metrics(m) for m in data["medians"]}
         load = data.get("load", "see the measured file")
+        measured_probe = data.get("speed_probe")
     elif not args.predict_only:
         print(f"running for real: {len(workloads)} workloads x {len(sides)} sides, {args.iters} iterations "
               f"({args.warmup} warm-up) each; load average now {load_before[0]:.2f}", flush=True)
+        probe_before = hostspeed.probe()
         meds = measure(study, list(workloads), sides, args.iters, args.warmup)
+        probe_after = hostspeed.probe()
+        measured_probe = {"before": probe_before, "after": probe_after}
         load_after = os.getloadavg()
         load = (f"1-min {load_before[0]:.2f} before, {load_after[0]:.2f} after; 15-min {load_after[2]:.2f} "
                 f"on {os.cpu_count()} cores")
         (args.out / "measured.json").write_text(json.dumps({"load": load, "iters": args.iters, "warmup": args.warmup,
+                                                            "speed_probe": measured_probe,
                                                             "medians": list(meds.values())}, indent=1, default=float))
         measured = {k: measured_metrics(m) for k, m in meds.items()}
     else:
@@ -797,6 +857,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "targets": TARGETS,
         "misses": misses(rows, ratio_rows),
         "external": external,
+        "host_speed": host_speed(calibration, measured_probe),
         "sim": {f"{n}/{s}": {"violations": p["violations"], "warnings": p["warnings"]}
                 for (n, s), p in predicted.items()},
         "wall_s": time.time() - t0,
