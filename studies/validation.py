@@ -38,7 +38,8 @@ The host's speed is probed (:mod:`conduit.runtime.hostspeed`: a fixed mix of int
 numpy arrays and a one-thread convolution, in CPU seconds) before and after the calibration, with any
 primitives added later, and before and after the real runs; the report prints the drift between them. The
 2-core development VM ran the same EnvRunner microbenchmark 18% slower one night than the evening before, with
-nothing else running: primitives and runs taken at different host speeds mis-predict by that much.
+nothing else running: primitives and runs taken at different host speeds mis-predict by that much. The
+probe tracks that drift only in part (+7% where the EnvRunner sweep moved +24%): its drift is a lower bound.
 
 ``--add-learner-primitives`` (with ``--calibration FILE``): measure only the primitives an older calibration
 lacks (RLlib's own ``Learner.update``, DQN's per-step driver calls, a local learner's update with the driver's

@@ -13,6 +13,10 @@ path spends CPU on: interpreted Python (RLlib's per-step bookkeeping), fresh num
 one-thread convolution (an RLModule's forward pass). It is timed in process CPU seconds, so other
 tenants' time on a core does not count, only their effect on the speed of this work; each part is the
 median of ``reps`` runs.
+
+It tracks the host only in part: between 01:56 and 02:50 one night it moved +7% while the EnvRunner
+microbenchmark moved +24%. A drift it reports is a lower bound; the faithful probe is the workloads' own
+EnvRunner sweep re-timed next to the runs.
 """
 
 from __future__ import annotations
