@@ -135,7 +135,7 @@ def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str =
         raise SystemExit(f"calibration: workload primitive {kind}:{key} is not measured ({why}); rerun the "
                          f"calibration (studies/validation.py without --calibration)")
     if clock == "wall":
-        from conduit.runtime.calibrate import fit_latency_bandwidth
+        from conduit.runtime.calibrate import refit
 
         wall = entry.get("extra", {}).get("wall_medians")
         if not wall:
@@ -144,9 +144,7 @@ def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str =
         if kind == "weights":
             entry["latency"] = entry["per_item"] = float(wall[0])
         else:
-            lat, rate, _ = fit_latency_bandwidth(entry["sizes"], wall,
-                                                 (entry.get("extra") or {}).get("fit_anchor", "smallest"))
-            rate *= (entry.get("extra") or {}).get("epochs_timed", 1)  # learner_update_call: per sample per epoch
+            lat, rate, _ = refit(entry["sizes"], wall, entry.get("extra"))
             entry["latency"], entry["per_item"] = lat, 1.0 / rate
             if entry.get("unit") == "calls":  # n calls per sweep point: the slope is the per-call time
                 entry["latency"] = entry["per_item"]
@@ -418,7 +416,7 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
 def _median_of_runs(ms: Sequence[Any]) -> Any:
     """One measurement from repeated runs of the same sweep: the per-size medians of the runs' medians,
     refitted (``calls``: the slope is the per-call time)."""
-    from conduit.runtime.calibrate import fit_latency_bandwidth
+    from conduit.runtime.calibrate import refit
 
     if len(ms) == 1:
         return ms[0]
@@ -434,8 +432,7 @@ def _median_of_runs(ms: Sequence[Any]) -> Any:
     medians = [statistics.median(m.medians[i] for m in ms) for i in range(len(first.medians))]
     walls = [statistics.median(m.extra["wall_medians"][i] for m in ms) for i in range(len(first.medians))] \
         if all("wall_medians" in m.extra for m in ms) else None
-    lat, rate, _ = fit_latency_bandwidth(first.sizes, medians, first.extra.get("fit_anchor", "smallest"))
-    rate *= first.extra.get("epochs_timed", 1)  # learner_update_call: per sample per epoch
+    lat, rate, _ = refit(first.sizes, medians, first.extra)
     m = replace(first, latency=lat, bandwidth=rate, medians=medians, samples=sum(x.samples for x in ms),
                 extra={**first.extra, **({"wall_medians": walls} if walls else {})})
     if m.unit == "calls":
@@ -551,8 +548,10 @@ def host_speed(calibration: Mapping[str, Any], measured_probe: Mapping[str, Any]
     cal_probes = [p for p in ((calibration.get("host") or {}).get("speed_probe") or {}).values() if p]
     cal_probes += [e["extra"]["speed_probe"] for e in (calibration.get("workload") or {}).values()
                    if (e.get("extra") or {}).get("speed_probe")]
+    # one probe per moment: every primitive added in one go carries the same probe, and must not outvote the rest
+    cal_probes = list({tuple(sorted(p.items())): p for p in cal_probes}.values())
     run_probes = [p for p in (measured_probe or {}).values() if p]
-    out: dict[str, Any] = {"calibration_s": sorted({round(p["total_s"], 4) for p in cal_probes}),
+    out: dict[str, Any] = {"calibration_s": [round(p["total_s"], 4) for p in cal_probes],
                            "runs_s": [round(p["total_s"], 4) for p in run_probes], "drift": None, "warning": False}
     if cal_probes and run_probes:
         def median_probe(ps):
@@ -656,8 +655,9 @@ def _host_speed_line(speed: Mapping[str, Any]) -> str:
             f"calibration, {', '.join(f'{x:.3f}' for x in runs)} with the real runs: the runs saw a host "
             f"{abs(d):.1%} {'slower' if d > 0 else 'faster'}.")
     if speed.get("warning"):
-        line += (f" **More than {hostspeed.DRIFT_WARNING:.0%}: the errors below include that drift** (a "
-                 f"primitive timed on a faster host predicts the run short).")
+        line += (f" **More than {hostspeed.DRIFT_WARNING:.0%}: the errors below include that drift** (the "
+                 f"primitives, timed on a {'faster' if d > 0 else 'slower'} host, predict the runs "
+                 f"{'short' if d > 0 else 'long'}).")
     return line
 
 

@@ -60,5 +60,11 @@ def test_a_validation_report_measures_the_drift_between_calibration_and_runs(ref
     assert got["drift"] == pytest.approx(factor - 1.0)
     assert got["warning"] == (abs(got["drift"]) > hostspeed.DRIFT_WARNING)
     assert ("slower" if got["drift"] > 0 else "faster") in val._host_speed_line(got)
+    # primitives added in one go all carry one probe: it counts once against the calibration's own
+    many = {"host": {"speed_probe": {"before": base}},
+            "workload": {f"k{i}:x": {"extra": {"speed_probe": slow}} for i in range(5)}}
+    mixed = val.host_speed(many, {"before": slow})
+    assert len(mixed["calibration_s"]) == (1 if factor == 1 else 2)
+    assert mixed["drift"] == pytest.approx(1.0 / ((1.0 + factor) / 2 / factor) - 1.0)
     unknown = val.host_speed(calibration, None)
     assert unknown["drift"] is None and "unknown" in val._host_speed_line(unknown)

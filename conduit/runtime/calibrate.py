@@ -50,7 +50,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,6 +178,15 @@ def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float],
     if latency < 0:
         latency, how = 0.0, how + " (clamped to 0)"
     return latency, bandwidth, how
+
+
+def refit(sizes: Sequence[float], times: Sequence[float], extra: Mapping[str, Any] | None) -> tuple[float, float, str]:
+    """:func:`fit_latency_bandwidth` of a measurement's sweep refitted to other medians (wall clock, the
+    medians of repeated runs), the way the sweep itself was fitted: its ``extra["fit_anchor"]``, and the
+    rate per sample per epoch where it timed several epochs a call (``extra["epochs_timed"]``)."""
+    extra = extra or {}
+    lat, rate, how = fit_latency_bandwidth(sizes, times, extra.get("fit_anchor", "smallest"))
+    return lat, rate * extra.get("epochs_timed", 1), how
 
 
 # --- timing helpers ------------------------------------------------------------------------------------
@@ -1759,8 +1768,7 @@ def measure_local_learner(name: str, algo: str, config, quick: bool = False) -> 
     for m in ms:
         if m.name.startswith("torch_team:"):
             continue
-        lat, rate, how = fit_latency_bandwidth(m.sizes, m.extra["wall_medians"], m.extra.get("fit_anchor", "smallest"))
-        rate *= m.extra.get("epochs_timed", 1)  # learner_update_call: per sample per epoch
+        lat, rate, how = refit(m.sizes, m.extra["wall_medians"], m.extra)
         out.append(WorkloadMeasurement(m.name.replace(":", "_local:", 1), rate, lat, m.samples,
                                        f"{m.note.replace('one torch thread', f'{threads} torch threads')}; "
                                        f"refitted from the wall medians ({how})", list(m.sizes),
