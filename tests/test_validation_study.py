@@ -460,3 +460,92 @@ def test_only_is_checked_and_names_what_is_wrong(argv, message, capsys):
     assert exc.value.code == 2 and message in capsys.readouterr().err
     args = val.parse_args(["--calibration", "c.json", "--add-learner-primitives", "--only", "torch_team,runner_metrics"])
     assert args.only == "torch_team,runner_metrics"
+
+
+# ---------------------------------------------------------------- the EnvRunner sweep re-timed before each run
+def _row(name, side, metric, predicted, measured):
+    return {"workload": name, "side": side, "metric": metric, "predicted": predicted, "measured": measured,
+            "rel_error": val.rel_error(predicted, measured)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(pairs=st.lists(st.tuples(st.sampled_from(list(val.TARGETS)[:2]), st.floats(1e-3, 10.0),
+                                st.one_of(st.none(), st.just(0.0), st.floats(1e-3, 10.0))), max_size=12))
+def test_target_counts_count_what_the_misses_leave_out(pairs):
+    rows = [_row(f"w{i}", "stock", metric, p, m) for i, (metric, p, m) in enumerate(pairs)]
+    counts = val.target_counts(rows, [])
+    missed = val.misses(rows, [])
+    for metric in ("iteration_time_s", "exposed_experience_path_s"):
+        met, measured = counts[metric]
+        assert measured == sum(1 for r in rows if r["metric"] == metric and r["measured"] is not None)
+        assert met == measured - sum(1 for line in missed if f"] {metric}:" in line)
+    assert counts["ratio"] == [0, 0]
+
+
+def _rechecks(cal: dict, names, factor: float) -> list[dict]:
+    """Re-timed entries: each workload's calibrated EnvRunner sweep ``factor`` times slower."""
+    out = []
+    study = val.experience_path_study()
+    configs = val.study_configs(study, study.parse_args([]), names)
+    for name in names:
+        key = val._recheck_key(configs, name)
+        entry = json.loads(json.dumps(cal["workload"][f"env_runner:{key}"]))
+        entry["per_item"] *= factor
+        entry["latency"] *= factor
+        for side in ("stock", "conduit"):
+            out.append({"workload": name, "side": side, "entry": entry})
+    return out
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(factor=st.floats(1.05, 1.6))
+def test_a_rechecked_prediction_swaps_in_only_the_retimed_sweep(factor):
+    cal = _calibration()
+    names = ["ppo-cartpole-2r-local"]
+    study = val.experience_path_study()
+    configs = val.study_configs(study, study.parse_args([]), names)
+    topology, _ = val.topology_from_calibration(cal)
+    workloads, stocks = val.build_workloads(configs, cal, STOCK)
+    base = val.predict(workloads, topology, STOCK, ["stock", "conduit"], stocks)
+    same = val.rechecked_predictions(configs, cal, _rechecks(cal, names, 1.0), topology, STOCK)
+    assert same == base  # the calibration's own sweep swapped in: the same prediction
+    slower = val.rechecked_predictions(configs, cal, _rechecks(cal, names, factor), topology, STOCK)
+    for key, pred in base.items():
+        assert slower[key]["iteration_time_s"] > pred["iteration_time_s"]  # a slower sweep, a longer iteration
+    drift = val.env_runner_drift(cal, configs, _rechecks(cal, names, factor))
+    assert [d["drift"] for d in drift] == pytest.approx([factor - 1.0] * 2)
+    assert {(d["workload"], d["side"]) for d in drift} == {(n, s) for n in names for s in ("stock", "conduit")}
+
+
+def test_measured_rechecks_regenerate_the_rechecked_report(tmp_path):
+    cal = _calibration()
+    (tmp_path / "calibration.json").write_text(json.dumps(cal))
+    names = ["ppo-cartpole-2r-local", "dqn-cartpole-1r"]
+    medians = [{"workload": n, "side": s, "iteration_ms": 900.0 if s == "stock" else 800.0,
+                "exposed_per_update_ms": 100.0, "experience_share": 0.1, "num_updates": 1.0}
+               for n in names for s in ("stock", "conduit")]
+    (tmp_path / "measured.json").write_text(json.dumps({"load": "test", "medians": medians,
+                                                        "env_runner_recheck": _rechecks(cal, names, 1.25)}))
+    out = tmp_path / "out"
+    assert val.main(["--calibration", str(tmp_path / "calibration.json"), "--measured",
+                     str(tmp_path / "measured.json"), "--out", str(out), "--workloads", ",".join(names)]) == 0
+    report = json.loads((out / "validation.json").read_text())
+    re = report["rechecked"]
+    assert [d["drift"] for d in re["drift"]] == pytest.approx([0.25] * 4)
+    assert {(r["workload"], r["side"], r["metric"]) for r in re["rows"]} == {
+        (r["workload"], r["side"], r["metric"]) for r in report["rows"]}
+    assert all(r["measured"] is not None for r in re["rows"])
+    assert re["counts"] == val.target_counts(re["rows"], re["ratios"])
+    assert report["counts"] == val.target_counts(report["rows"], report["ratios"])
+    text = (out / "validation.md").read_text()
+    assert "## EnvRunner sweep re-timed just before each run" in text and "+25.0%" in text
+
+
+def test_without_rechecks_the_report_has_no_rechecked_section(tmp_path):
+    (tmp_path / "calibration.json").write_text(json.dumps(_calibration()))
+    out = tmp_path / "out"
+    assert val.main(["--predict-only", "--calibration", str(tmp_path / "calibration.json"), "--out", str(out),
+                     "--workloads", "dqn-cartpole-1r"]) == 0
+    assert json.loads((out / "validation.json").read_text())["rechecked"] is None
+    assert "re-timed" not in (out / "validation.md").read_text()
+    assert val.parse_args(["--no-recheck"]).recheck is False and val.parse_args([]).recheck is True
