@@ -531,7 +531,7 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
             log=print, recheck=None) -> tuple[dict[tuple[str, str], dict], list[dict[str, Any]]]:
     """Run each (workload, side) for real with the study's runner (own interpreter each); their medians,
     and the ``recheck(name)`` entries taken just before each run (``[{workload, side, entry}]``; none when
-    ``recheck`` is None)."""
+    ``recheck`` is None; ``{workload, side, error}`` for one that failed)."""
     args = study.parse_args(["--iters", str(iters), "--warmup", str(warmup)])
     known = {w.name: w for w in study.WORKLOADS}
     rows: list[dict] = []
@@ -539,9 +539,14 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
     for name in names:
         for side in sides:
             if recheck is not None:
-                entry = recheck(name)
-                rechecks.append({"workload": name, "side": side, "entry": entry})
-                log(f"  {name} [{side}]: EnvRunner sweep re-timed: {entry['per_item'] * 1e3:.3f} ms per step")
+                try:
+                    entry = recheck(name)
+                except Exception as exc:  # noqa: BLE001 -- the run still counts; the report lists the failed re-timing
+                    rechecks.append({"workload": name, "side": side, "error": f"{type(exc).__name__}: {exc}"})
+                    log(f"  {name} [{side}]: EnvRunner sweep re-timing failed: {type(exc).__name__}: {exc}")
+                else:
+                    rechecks.append({"workload": name, "side": side, "entry": entry})
+                    log(f"  {name} [{side}]: EnvRunner sweep re-timed: {entry['per_item'] * 1e3:.3f} ms per step")
             t0 = time.time()
             got = study.run_isolated(known[name], side, args)
             log(f"  {name} [{side}]: {len(got)} iterations in {time.time() - t0:.0f} s, load average "
@@ -563,10 +568,12 @@ def recheck_env_runner(configs: Mapping[str, Any], name: str, quick: bool) -> di
     microbenchmark (no end-to-end figure enters), so the rechecked prediction (:func:`rechecked_predictions`)
     is as out of sample as the calibration's and differs from it only by the host's drift in the sweep."""
     from conduit.runtime import calibrate as cal
+    from conduit.runtime.rllib.envs import register_envs
 
     w, _ = configs[name]
     key = primitive_key(w.algo, w.env)
     _, cfg = calibration_configs(configs)[key]
+    register_envs()  # a Ray session ended since the configs were built (the calibration's, a run's) takes Tune's registry with it
     load = os.getloadavg()
     with cal._torch_threads(1):
         m = cal.measure_env_runner(key, cfg, quick)
@@ -588,7 +595,7 @@ def env_runner_drift(calibration: Mapping[str, Any], configs: Mapping[str, Any],
     slower just before the run than in the calibration). Runs of workloads not in ``configs`` are skipped."""
     rows = []
     for r in rechecks:
-        if r["workload"] not in configs:
+        if r["workload"] not in configs or "entry" not in r:
             continue
         key = _recheck_key(configs, r["workload"])
         calibrated = _primitive(calibration, "env_runner", key, clock)["per_item"]
@@ -607,7 +614,7 @@ def rechecked_predictions(configs: Mapping[str, Any], calibration: Mapping[str, 
     out = {}
     for r in rechecks:
         name, side = r["workload"], r["side"]
-        if name not in configs:
+        if name not in configs or "entry" not in r:
             continue
         key = _recheck_key(configs, name)
         swapped = {**calibration, "workload": {**calibration.get("workload", {}), f"env_runner:{key}": r["entry"]}}
@@ -801,7 +808,7 @@ def markdown(report: Mapping[str, Any]) -> str:
 
 def _recheck_section(rechecked: Mapping[str, Any] | None) -> list[str]:
     """The report's section on the predictions from the EnvRunner sweep re-timed before each run."""
-    if not rechecked or not rechecked.get("drift"):
+    if not rechecked or not (rechecked.get("drift") or rechecked.get("failed")):
         return []
     lines = ["", "## EnvRunner sweep re-timed just before each run", "",
              ("The same microbenchmark as the calibration's `env_runner` primitive, re-timed before each real "
@@ -821,6 +828,8 @@ def _recheck_section(rechecked: Mapping[str, Any] | None) -> list[str]:
         lines.append(f"| {r['workload']} | {_f(r['predicted_ratio'], '.3f')} | {_f(r['measured_ratio'], '.3f')} | "
                      f"{_f(r['difference'], '+.3f')} |")
     lines += ["", f"Met with the re-timed sweep: {_counts_line(rechecked['counts'])}."]
+    lines += [f"- RE-TIMING FAILED: {r['workload']} [{r['side']}]: {r['error']} (predicted from the calibration only)"
+              for r in rechecked.get("failed") or []]
     return lines
 
 
@@ -988,7 +997,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         re_ratios = ratios(re_rows)
         rechecked = {"primitive": "env_runner", "drift": env_runner_drift(calibration, configs, rechecks, args.clock),
                      "rows": re_rows, "ratios": re_ratios, "misses": misses(re_rows, re_ratios),
-                     "counts": target_counts(re_rows, re_ratios)}
+                     "counts": target_counts(re_rows, re_ratios),
+                     "failed": [{k: r[k] for k in ("workload", "side", "error")} for r in rechecks if "error" in r]}
     report = {
         "machine": f"{os.uname().nodename}, {os.cpu_count()} cores",
         "load": load,

@@ -549,3 +549,59 @@ def test_without_rechecks_the_report_has_no_rechecked_section(tmp_path):
     assert json.loads((out / "validation.json").read_text())["rechecked"] is None
     assert "re-timed" not in (out / "validation.md").read_text()
     assert val.parse_args(["--no-recheck"]).recheck is False and val.parse_args([]).recheck is True
+
+
+class _FakeStudy:
+    """The experience-path study's interface that :func:`measure` uses, without real runs."""
+
+    def __init__(self, names):
+        self.WORKLOADS = [type("W", (), {"name": n})() for n in names]
+        self.runs = []
+
+    def parse_args(self, argv):
+        return argv
+
+    def run_isolated(self, w, side, args):
+        self.runs.append((w.name, side))
+        return [{"workload": w.name, "side": side, "iteration_ms": 1.0}]
+
+    def medians(self, rows):
+        return rows
+
+
+def test_a_failed_re_timing_is_reported_and_the_run_still_counts():
+    study = _FakeStudy(["a", "b"])
+
+    def recheck(name):
+        if name == "b":
+            raise RuntimeError("env creator failed")
+        return {"per_item": 1e-3}
+
+    meds, rechecks = val.measure(study, ["a", "b"], ["stock", "conduit"], 2, 1, log=lambda *_: None,
+                                 recheck=recheck)
+    assert study.runs == [("a", "stock"), ("a", "conduit"), ("b", "stock"), ("b", "conduit")]
+    assert set(meds) == set(study.runs)
+    assert [(r["workload"], r["side"], "entry" in r) for r in rechecks] == [
+        ("a", "stock", True), ("a", "conduit", True), ("b", "stock", False), ("b", "conduit", False)]
+    assert all("RuntimeError: env creator failed" in r["error"] for r in rechecks if r["workload"] == "b")
+    failed = {"drift": [], "rows": [], "ratios": [], "counts": {"ratio": [0, 0]},
+              "failed": [{k: r[k] for k in ("workload", "side", "error")} for r in rechecks if "error" in r]}
+    text = "\n".join(val._recheck_section(failed))
+    assert text.count("RE-TIMING FAILED: b [") == 2
+    assert val.measure(study, ["a"], ["stock"], 2, 1, log=lambda *_: None)[1] == []  # no recheck asked
+
+
+def test_the_large_obs_sweep_is_re_timed_after_a_ray_session_ended(tmp_path):
+    """Tune's env registry goes with the Ray session that held it (the calibration's, a run's): the
+    re-timing registers the study's env again instead of falling back to ``gym.make(**env_config)``."""
+    import ray
+
+    study = val.experience_path_study()
+    name = "ppo-largeobs-1r-1l"
+    configs = val.study_configs(study, study.parse_args([]), [name])
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=str(tmp_path), log_to_driver=False)
+    ray.shutdown()
+    entry = val.recheck_env_runner(configs, name, quick=True)
+    assert entry["name"] == "env_runner:ppo-largeobs" and entry["per_item"] > 0
+    assert entry["extra"]["bytes_per_step"] > 84 * 84 * 4  # the large observations, not a fallback env
+    assert entry["extra"]["speed_probe"]["total_s"] > 0
