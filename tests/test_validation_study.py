@@ -591,16 +591,23 @@ def test_a_failed_re_timing_is_reported_and_the_run_still_counts():
     assert val.measure(study, ["a"], ["stock"], 2, 1, log=lambda *_: None)[1] == []  # no recheck asked
 
 
-def test_the_large_obs_sweep_is_re_timed_after_a_ray_session_ended(tmp_path):
+def test_the_large_obs_sweep_is_re_timed_after_a_ray_session_ended():
     """Tune's env registry goes with the Ray session that held it (the calibration's, a run's): the
     re-timing registers the study's env again instead of falling back to ``gym.make(**env_config)``."""
+    import shutil
+    import tempfile
+
     import ray
 
     study = val.experience_path_study()
     name = "ppo-largeobs-1r-1l"
     configs = val.study_configs(study, study.parse_args([]), [name])
-    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=str(tmp_path), log_to_driver=False)
-    ray.shutdown()
+    short = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must fit in 107 bytes
+    try:
+        ray.init(num_cpus=1, include_dashboard=False, _temp_dir=short, log_to_driver=False)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(short, ignore_errors=True)
     entry = val.recheck_env_runner(configs, name, quick=True)
     assert entry["name"] == "env_runner:ppo-largeobs" and entry["per_item"] > 0
     assert entry["extra"]["bytes_per_step"] > 84 * 84 * 4  # the large observations, not a fallback env
