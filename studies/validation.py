@@ -568,12 +568,9 @@ def recheck_env_runner(configs: Mapping[str, Any], name: str, quick: bool) -> di
     microbenchmark (no end-to-end figure enters), so the rechecked prediction (:func:`rechecked_predictions`)
     is as out of sample as the calibration's and differs from it only by the host's drift in the sweep."""
     from conduit.runtime import calibrate as cal
-    from conduit.runtime.rllib.envs import register_envs
 
-    w, _ = configs[name]
-    key = primitive_key(w.algo, w.env)
+    key = _recheck_key(configs, name)
     _, cfg = calibration_configs(configs)[key]
-    register_envs()  # a Ray session ended since the configs were built (the calibration's, a run's) takes Tune's registry with it
     load = os.getloadavg()
     with cal._torch_threads(1):
         m = cal.measure_env_runner(key, cfg, quick)
@@ -604,6 +601,12 @@ def env_runner_drift(calibration: Mapping[str, Any], configs: Mapping[str, Any],
                      "calibrated_per_step": calibrated, "rechecked_per_step": now,
                      "drift": now / calibrated - 1.0 if calibrated > 0 else None})
     return rows
+
+
+def failed_rechecks(rechecks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The re-timings that failed (``{workload, side, error}``): those runs are predicted from the
+    calibration only."""
+    return [{k: r[k] for k in ("workload", "side", "error")} for r in rechecks if "error" in r]
 
 
 def rechecked_predictions(configs: Mapping[str, Any], calibration: Mapping[str, Any],
@@ -998,7 +1001,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rechecked = {"primitive": "env_runner", "drift": env_runner_drift(calibration, configs, rechecks, args.clock),
                      "rows": re_rows, "ratios": re_ratios, "misses": misses(re_rows, re_ratios),
                      "counts": target_counts(re_rows, re_ratios),
-                     "failed": [{k: r[k] for k in ("workload", "side", "error")} for r in rechecks if "error" in r]}
+                     "failed": failed_rechecks(rechecks)}
     report = {
         "machine": f"{os.uname().nodename}, {os.cpu_count()} cores",
         "load": load,

@@ -585,9 +585,10 @@ def test_a_failed_re_timing_is_reported_and_the_run_still_counts():
         ("a", "stock", True), ("a", "conduit", True), ("b", "stock", False), ("b", "conduit", False)]
     assert all("RuntimeError: env creator failed" in r["error"] for r in rechecks if r["workload"] == "b")
     failed = {"drift": [], "rows": [], "ratios": [], "counts": {"ratio": [0, 0]},
-              "failed": [{k: r[k] for k in ("workload", "side", "error")} for r in rechecks if "error" in r]}
+              "failed": val.failed_rechecks(rechecks)}
     text = "\n".join(val._recheck_section(failed))
     assert text.count("RE-TIMING FAILED: b [") == 2
+    assert [(r["workload"], r["side"]) for r in val.failed_rechecks(rechecks)] == [("b", "stock"), ("b", "conduit")]
     assert val.measure(study, ["a"], ["stock"], 2, 1, log=lambda *_: None)[1] == []  # no recheck asked
 
 

@@ -1207,11 +1207,26 @@ def _space_batch(space, n: int, rng: np.random.Generator):
     return torch.as_tensor(rng.uniform(lo, hi, size=(n, *space.shape)).astype(space.dtype))
 
 
+def _local_env_runner(cfg: Any) -> Any:
+    """A local ``SingleAgentEnvRunner`` of ``cfg`` (worker 1), the project's envs registered first: Tune's
+    env registry goes with the Ray session that held it (a calibration's, a run's), and RLlib then falls
+    back to ``gym.make(name, **env_config)``, which the large-obs env does not take."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    from conduit.runtime.rllib.envs import register_envs
+
+    register_envs()
+    return SingleAgentEnvRunner(config=cfg, worker_index=1)
+
+
 def _workload_env(config):
     """The config's env, built the way an EnvRunner builds it (a registered name or a class)."""
     import gymnasium as gym
     from ray.rllib.env.env_context import EnvContext
 
+    from conduit.runtime.rllib.envs import register_envs
+
+    register_envs()  # see _local_env_runner
     env = config.env
     ctx = EnvContext(dict(config.env_config or {}), worker_index=1)
     if isinstance(env, str):
@@ -1237,10 +1252,9 @@ def measure_env_runner(name: str, config, quick: bool = False) -> WorkloadMeasur
     in it (their data made numpy arrays, the env reset). ``ppo-largeobs``: 1.57 ms per step from 32 and 128
     steps (no 200-step episode ends there), 1.69 ms over a 1,000-step fragment. A fragment shorter than
     the fixed sizes (DQN's one step) becomes the smallest size, where the per-call cost is read."""
-    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     cfg = config.copy(copy_frozen=False)
-    runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
+    runner = _local_env_runner(cfg)
     kept: list[list] = []  # the returned episodes, looked at after the sweep (pickling them is not timed)
 
     def run(n: int) -> None:
@@ -1388,7 +1402,6 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
     ``team``: also ``torch_team:<name>`` (:func:`measure_torch_team`) on the update closest to the
     config's batch, with the torch threads in force (a local learner's: :func:`measure_local_learner`)."""
     from ray.rllib.core.learner.training_data import TrainingData
-    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
     from ray.rllib.policy.sample_batch import MultiAgentBatch
     from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
@@ -1396,7 +1409,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
     if algo not in ("ppo", "dqn", "appo"):
         return []
     cfg = config.copy(copy_frozen=False).learners(num_learners=0)
-    runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
+    runner = _local_env_runner(cfg)
     sizes = [8, 32, 128] if quick else [16, 64, 256]
     if algo == "appo":  # whole fragments, up to the learner's batch
         fragment = _fragment_steps(cfg)
@@ -1564,12 +1577,11 @@ def _runner_call_extras(name: str, algo: str, runner: Any, steps: int, quick: bo
 
 def measure_runner_call(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:
     """``runner_metrics:<name>`` alone (:func:`_runner_call_extras`), on a local EnvRunner of ``config``."""
-    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     if algo not in ("ppo", "dqn", "appo"):
         return []
     cfg = config.copy(copy_frozen=False).learners(num_learners=0)
-    runner = SingleAgentEnvRunner(config=cfg, worker_index=1)
+    runner = _local_env_runner(cfg)
     try:
         steps = _fragment_steps(cfg)
         return [_runner_call_extras(name, algo, runner, steps, quick)[0]]
