@@ -38,10 +38,13 @@ the real runs, not the CPU-time primitives).
 The host's speed is probed (:mod:`conduit.runtime.hostspeed`: a fixed mix of interpreted Python, fresh
 numpy arrays and a one-thread convolution, in CPU seconds) before and after the calibration, with any
 primitives added later, and before and after the real runs; the report prints the drift between them. The
-2-core development VM ran the same EnvRunner microbenchmark 18% slower one night than the evening before, with
+2-core development VM ran the same EnvRunner microbenchmark 10-18% slower some hours than others, with
 nothing else running: primitives and runs taken at different host speeds mis-predict by that much. The
-probe tracks that drift only in part (+7% where the EnvRunner sweep moved +24%): its drift is a lower bound.
-So each workload's own EnvRunner sweep, its largest primitive, is also re-timed just before each real run
+probe tracks that drift only in part: its drift is a lower bound. (Within one run the re-timing below
+once read 17-37% slower than the calibration; that was the calibrating process itself, not the host: APPO
+learners the calibration had built left their polling learner threads running, fixed in
+:func:`conduit.runtime.calibrate._stop_learner`; ``benchmarks/sweep_under_load.py`` shows our own load
+does not move the sweep.) So each workload's own EnvRunner sweep, its largest primitive, is also re-timed just before each real run
 (``--recheck``, the default; :func:`recheck_env_runner`, 10-20 s a run): the report prints its drift per run
 and a second prediction, the calibration with that run's re-timed sweep swapped in (``rechecked`` in
 validation.json; every other primitive as calibrated). Both predictions are out of sample: no end-to-end
@@ -562,9 +565,9 @@ def recheck_env_runner(configs: Mapping[str, Any], name: str, quick: bool) -> di
     (the same step counts: the per-step rate is the slope over the two largest). The calibration entry's shape, with
     the host probe and the load average at the time in ``extra``.
 
-    Why: the 2-core VM's speed drifts by more than the error targets within hours (the same sweep read
-    1.64 to 2.34 ms per step over 7 hours, nothing else running), and the host probe follows that drift only
-    in part. The sweep is every workload's largest primitive; re-timed just before a run it is still a
+    Why: the 2-core VM's speed drifts by more than the error targets over hours (the same sweep, each time
+    in a fresh process, read 1.60 to 1.82 ms per step on different hours, nothing else running), and the
+    host probe follows that drift only in part. The sweep is every workload's largest primitive; re-timed just before a run it is still a
     microbenchmark (no end-to-end figure enters), so the rechecked prediction (:func:`rechecked_predictions`)
     is as out of sample as the calibration's and differs from it only by the host's drift in the sweep."""
     from conduit.runtime import calibrate as cal
