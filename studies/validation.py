@@ -39,12 +39,13 @@ The host's speed is probed (:mod:`conduit.runtime.hostspeed`: a fixed mix of int
 numpy arrays and a one-thread convolution, in CPU seconds) before and after the calibration, with any
 primitives added later, and before and after the real runs; the report prints the drift between them. The
 2-core development VM ran the same EnvRunner microbenchmark 10-18% slower some hours than others, with
-nothing else running: primitives and runs taken at different host speeds mis-predict by that much. The
-probe tracks that drift only in part: its drift is a lower bound. (Within one run the re-timing below
-once read 17-37% slower than the calibration; that was the calibrating process itself, not the host: APPO
-learners the calibration had built left their polling learner threads running, fixed in
-:func:`conduit.runtime.calibrate._stop_learner`; ``benchmarks/sweep_under_load.py`` shows our own load
-does not move the sweep.) So each workload's own EnvRunner sweep, its largest primitive, is also re-timed just before each real run
+nothing else running, and the probe itself read 0.28 to 0.42 s in fresh processes seconds apart on the idle
+machine: primitives and runs taken at different host speeds mis-predict by that much. The probe tracks that
+drift only in part: its drift is a lower bound. (One drift was ours: APPO learners the calibration had built
+left their polling learner threads running in this process and slowed every later microbenchmark by 6-7% each,
+fixed in :func:`conduit.runtime.calibrate._stop_learner`; ``benchmarks/sweep_under_load.py`` shows that our
+own load on the other core does not move the sweep.) So each workload's own EnvRunner sweep, its largest
+primitive, is also re-timed just before each real run
 (``--recheck``, the default; :func:`recheck_env_runner`, 10-20 s a run): the report prints its drift per run
 and a second prediction, the calibration with that run's re-timed sweep swapped in (``rechecked`` in
 validation.json; every other primitive as calibrated). Both predictions are out of sample: no end-to-end
