@@ -1,0 +1,190 @@
+"""Where a real study run's CPU goes, and how far its figures move from one run to the next (issue 13).
+
+Runs one workload and side of ``studies/rllib_experience_path.py`` (a fresh interpreter and Ray instance per
+run, as the validation measures) ``--repeat`` times back to back. Over a window from the run's second
+iteration to its second-to-last, it reads every thread of the run's process tree (the study's driver, Ray's
+raylet and GCS, the EnvRunners, the learner, the plane actor) from ``/proc/<pid>/task/<tid>/schedstat``: the
+seconds each spent on a CPU and waiting for one, as cores. Printed per run: those cores by role, the run's
+medians (``iteration_ms``, env steps per iteration), and the EnvRunners' CPU per env step (their cores times
+the iteration's wall time over its env steps), to set beside the calibration's ``env_runner`` sweep, which
+times the same sampling alone. Then the spread of ``iteration_ms`` over the runs (median, min, max, max/min):
+a validation that compares one real run with a prediction is no more precise than that spread.
+
+On the 2-core VM (2026-12-05, 18:19-18:45 UTC, back to back; results/validation/NOTES.md has the table)
+``appo-cartpole-2r-1l`` stock read 303, 327 and 355 ms per update (the validation's run 25 minutes earlier: 620
+ms) with its EnvRunners on a CPU 0.99-1.02 cores together in every run: what moved was their CPU per env step,
+1.26-1.66 ms, the slower runs the dearer ones. ``dqn-cartpole-1r`` is steady (30 / 31 ms) and its EnvRunner
+spends 7.0-7.2 ms of CPU per one-step round, where the calibration's primitives add up to about 1.5 ms.
+
+    RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/run_cpu_breakdown.py                      # ~4 min
+    RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/run_cpu_breakdown.py --workload appo-largeobs-2r-1l \
+        --side conduit --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: a process's role, from its command line (Ray renames its workers ``ray::<Class>``)
+ROLES = (("state server", ("EnvRunnerStateServer",)), ("EnvRunner", ("SingleAgentEnvRunner", "MultiAgentEnvRunner")), ("learner", ("ray::_WrappedExecutable",)),
+         ("plane actor", ("ray::_PlaneActor",)), ("raylet", ("raylet/raylet",)), ("gcs", ("gcs_server",)),
+         ("driver", ("rllib_experience_path.py",)))
+
+
+def role_of(cmdline: str) -> str:
+    """The role of a process of the run, from its command line; ``other`` for Ray's helpers."""
+    for role, marks in ROLES:
+        if any(m in cmdline for m in marks):
+            return role
+    return "other"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return None
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every process below it (Ray's raylet and GCS are children of the driver, the workers
+    children of the raylet)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        stat = _read(f"/proc/{d}/stat")
+        if stat is None:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def snapshot(root: int) -> dict[int, dict]:
+    """Per process of ``root``'s tree: its command line and the seconds its threads spent on a CPU and
+    waiting for one (``schedstat``'s first two fields, summed over ``/proc/<pid>/task``)."""
+    out = {}
+    for pid in descendants(root):
+        cmd = _read(f"/proc/{pid}/cmdline")
+        if cmd is None:
+            continue
+        run = wait = 0.0
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            ss = _read(f"/proc/{pid}/task/{tid}/schedstat")
+            if ss:
+                fields = ss.split()
+                run, wait = run + int(fields[0]) / 1e9, wait + int(fields[1]) / 1e9
+        out[pid] = {"cmd": cmd.replace("\0", " ").strip(), "run_s": run, "wait_s": wait}
+    return out
+
+
+def cores_between(a: dict[int, dict], b: dict[int, dict], seconds: float) -> list[dict]:
+    """Per process alive at both snapshots: its role and the cores it held and waited for in between."""
+    rows = []
+    for pid, end in b.items():
+        start = a.get(pid)
+        if start is None:
+            continue
+        rows.append({"pid": pid, "role": role_of(end["cmd"]), "on_cpu": (end["run_s"] - start["run_s"]) / seconds,
+                     "waiting": (end["wait_s"] - start["wait_s"]) / seconds})
+    return sorted(rows, key=lambda r: -r["on_cpu"])
+
+
+def one_run(workload: str, side: str, iters: int, out: Path) -> dict:
+    """One study run of ``workload``/``side``, its CPU window and medians."""
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "studies" / "rllib_experience_path.py"), "--workloads", workload,
+           "--sides", side, "--iters", str(iters), "--warmup", "1", "--out", str(out)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"))
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    marks: dict[str, tuple[float, dict]] = {}
+    first, last = re.compile(r"\biter 2/"), re.compile(rf"\biter {iters - 1}/")
+    log = []
+
+    def follow() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.append(line)
+            for name, pat in (("start", first), ("end", last)):
+                if name not in marks and pat.search(line):
+                    marks[name] = (time.monotonic(), snapshot(proc.pid))
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    rc = proc.wait()
+    reader.join(timeout=10)
+    (out / "study.log").write_text("".join(log))
+    if rc != 0 or "start" not in marks or "end" not in marks:
+        raise SystemExit(f"run_cpu_breakdown: the study run failed (exit {rc}) or printed too few iterations; "
+                         f"its log is {out / 'study.log'}")
+    (t0, a), (t1, b) = marks["start"], marks["end"]
+    with open(out / "medians.csv") as f:
+        med = next(r for r in csv.DictReader(f) if r["side"] == side)
+    procs = cores_between(a, b, t1 - t0)
+    runner_cores = sum(r["on_cpu"] for r in procs if r["role"] == "EnvRunner")
+    steps = float(med["env_steps_sampled"])
+    train_s = float(med["train_iteration_ms"]) / 1e3
+    return {"window_s": t1 - t0, "processes": procs, "iteration_ms": float(med["iteration_ms"]),
+            "train_iteration_ms": float(med["train_iteration_ms"]), "env_steps_per_iteration": steps,
+            "runner_cores": runner_cores,
+            "runner_cpu_ms_per_step": runner_cores * train_s / steps * 1e3 if steps else float("nan")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workload", default="appo-cartpole-2r-1l", help="a workload of studies/rllib_experience_path.py")
+    p.add_argument("--side", default="stock", choices=("stock", "conduit"))
+    p.add_argument("--iters", type=int, default=16, help="training iterations per run (at least 4)")
+    p.add_argument("--repeat", type=int, default=3, help="runs, back to back")
+    p.add_argument("--out", type=Path, default=Path("/tmp/run_cpu_breakdown"))
+    args = p.parse_args(argv)
+    if args.iters < 4:
+        p.error("--iters must be at least 4 (the window runs from iteration 2 to iteration iters-1)")
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
+    runs = []
+    for k in range(args.repeat):
+        r = one_run(args.workload, args.side, args.iters, args.out / f"run{k}")
+        runs.append(r)
+        print(f"run {k}: iteration {r['iteration_ms']:.0f} ms, {r['env_steps_per_iteration']:.0f} env steps per "
+              f"{r['train_iteration_ms']:.0f} ms iteration; EnvRunners {r['runner_cores']:.2f} cores on a CPU, "
+              f"{r['runner_cpu_ms_per_step']:.2f} ms CPU per env step (window {r['window_s']:.0f} s, "
+              f"load average {os.getloadavg()[0]:.2f})")
+        for q in r["processes"]:
+            if q["on_cpu"] + q["waiting"] >= 0.005:
+                print(f"    {q['role']:<12} pid {q['pid']:<7} {q['on_cpu']:.3f} cores on a CPU, {q['waiting']:.3f} waiting")
+    its = [r["iteration_ms"] for r in runs]
+    print(f"{args.workload} [{args.side}] iteration_ms over {len(its)} runs: median {statistics.median(its):.0f}, "
+          f"min {min(its):.0f}, max {max(its):.0f}, max/min {max(its) / min(its):.2f}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "breakdown.json").write_text(json.dumps({"workload": args.workload, "side": args.side, "runs": runs},
+                                                        indent=1))
+    print(f"written {args.out / 'breakdown.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
