@@ -28,6 +28,7 @@ import csv
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -113,13 +114,15 @@ def cores_between(a: dict[int, dict], b: dict[int, dict], seconds: float) -> lis
     return sorted(rows, key=lambda r: -r["on_cpu"])
 
 
-def one_run(workload: str, side: str, iters: int, out: Path) -> dict:
-    """One study run of ``workload``/``side``, its CPU window and medians."""
+def one_run(workload: str, side: str, iters: int, out: Path, timeout_s: float = 900.0) -> dict:
+    """One study run of ``workload``/``side``, its CPU window and medians; stopped (its whole process group)
+    after ``timeout_s``."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(ROOT / "studies" / "rllib_experience_path.py"), "--workloads", workload,
            "--sides", side, "--iters", str(iters), "--warmup", "1", "--out", str(out)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"))
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group: a run past its deadline ends whole
     marks: dict[str, tuple[float, dict]] = {}
     first, last = re.compile(r"\biter 2/"), re.compile(rf"\biter {iters - 1}/")
     log = []
@@ -134,7 +137,17 @@ def one_run(workload: str, side: str, iters: int, out: Path) -> dict:
 
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
-    rc = proc.wait()
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        raise SystemExit(f"run_cpu_breakdown: the study run took longer than {timeout_s:.0f} s and was stopped; "
+                         f"its log so far: {''.join(log[-5:])}") from None
     reader.join(timeout=10)
     (out / "study.log").write_text("".join(log))
     if rc != 0 or "start" not in marks or "end" not in marks:
@@ -160,14 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=16, help="training iterations per run (at least 4)")
     p.add_argument("--repeat", type=int, default=3, help="runs, back to back")
     p.add_argument("--out", type=Path, default=Path("/tmp/run_cpu_breakdown"))
+    p.add_argument("--timeout-s", type=float, default=900.0, help="seconds one run may take before it is stopped")
     args = p.parse_args(argv)
     if args.iters < 4:
         p.error("--iters must be at least 4 (the window runs from iteration 2 to iteration iters-1)")
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
+    if not args.timeout_s > 0:
+        p.error("--timeout-s must be positive")
     runs = []
     for k in range(args.repeat):
-        r = one_run(args.workload, args.side, args.iters, args.out / f"run{k}")
+        r = one_run(args.workload, args.side, args.iters, args.out / f"run{k}", args.timeout_s)
         runs.append(r)
         print(f"run {k}: iteration {r['iteration_ms']:.0f} ms, {r['env_steps_per_iteration']:.0f} env steps per "
               f"{r['train_iteration_ms']:.0f} ms iteration; EnvRunners {r['runner_cores']:.2f} cores on a CPU, "

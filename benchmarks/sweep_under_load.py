@@ -15,7 +15,8 @@ times the same sweep (the validation's own re-timing, :func:`studies.validation.
 6. after ``--idle-s`` seconds of idle;
 
 and prints each with its ratio to the first. A ratio near 1 everywhere says the sweep does not depend
-on our own load: a drift between the calibration and a run then comes from outside the guest.
+on our own load: a drift between the calibration and a run then comes from outside the guest. (2026-12-05:
+0.97-1.02 in every case; benchmarks/README.md.)
 
     RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/sweep_under_load.py [--workload ppo-largeobs-2r-1l]
         [--burn-s 300] [--idle-s 180]      # ~10 min with the defaults
@@ -29,8 +30,11 @@ import os
 import sys
 import time
 from pathlib import Path
+from queue import Empty
 
 ROOT = Path(__file__).resolve().parents[1]
+#: seconds the concurrent sweep may take (one sweep takes 10-20 s)
+SWEEP_TIMEOUT_S = 600.0
 
 
 def _sweep(workload: str) -> tuple[float, float]:
@@ -105,8 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     other = mp.Process(target=_sweep_into, args=(args.workload, queue), daemon=True)
     other.start()
     mine = _sweep(args.workload)
-    theirs = queue.get()
-    other.join()
+    try:
+        theirs = queue.get(timeout=SWEEP_TIMEOUT_S)
+    except Empty:
+        other.terminate()
+        print(f"error: the second sweep gave no result within {SWEEP_TIMEOUT_S:.0f} s (exit code {other.exitcode})",
+              file=sys.stderr)
+        return 1
+    finally:
+        other.join(timeout=10)
     report("two sweeps at once (this one)", mine)
     report("two sweeps at once (the other)", theirs)
     burners = [mp.Process(target=_python_burn, args=(args.burn_s,), daemon=True) for _ in range(2)]

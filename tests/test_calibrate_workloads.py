@@ -142,8 +142,8 @@ def test_appo_update_is_the_learner_threads_own_call_on_whole_fragments():
 
 def test_a_measurements_appo_learner_thread_is_stopped():
     """APPO's Learner starts a ``_LearnerThread`` whose empty input queue polls every 0.1 ms. One left alive
-    in the calibrating process slowed the microbenchmarks timed after it (the validation's EnvRunner
-    sweeps read 17-37% slower), so a measurement shuts down the learner it built."""
+    in the calibrating process slowed the microbenchmarks timed after it (the EnvRunner sweep by 6-7% per
+    thread), so a measurement shuts down the learner it built."""
     pytest.importorskip("ray.rllib")
     from ray.rllib.algorithms.appo import APPOConfig
 

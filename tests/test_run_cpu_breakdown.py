@@ -80,3 +80,14 @@ def test_cores_between_only_processes_alive_at_both_snapshots(before, grow, seco
     for r in rows:
         assert r["on_cpu"] == pytest.approx(grow[r["pid"]][0] / seconds, rel=1e-9, abs=1e-9)
     assert [r["on_cpu"] for r in rows] == sorted((r["on_cpu"] for r in rows), reverse=True)
+
+
+def test_a_run_past_its_deadline_is_stopped_with_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="took longer than"):
+        rcb.one_run("appo-cartpole-2r-1l", "stock", 4, tmp_path, timeout_s=0.5)
+
+
+def test_a_failing_run_names_its_log(tmp_path):
+    with pytest.raises(SystemExit, match="study.log"):
+        rcb.one_run("no-such-workload", "stock", 4, tmp_path, timeout_s=120)
+    assert (tmp_path / "study.log").exists()
