@@ -22,17 +22,13 @@ import sys
 import tempfile
 import time
 
+from run_cpu_breakdown import thread_times  # this directory: the script's own sys.path[0]
+
 
 def process_cpu_s(pid: int) -> float:
-    """Seconds every thread of ``pid`` has spent on a CPU (``schedstat``, nanoseconds); NaN once it is gone."""
-    total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-    except OSError:
-        return float("nan")
-    return total / 1e9
+    """Seconds every thread of ``pid`` has spent on a CPU; NaN once it is gone."""
+    times = thread_times(pid)
+    return float("nan") if times is None else times[0]
 
 
 def main(calls: int = 300) -> None:

@@ -39,9 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: a process's role, from its command line (Ray renames its workers ``ray::<Class>``)
-ROLES = (("state server", ("EnvRunnerStateServer",)), ("EnvRunner", ("SingleAgentEnvRunner", "MultiAgentEnvRunner")), ("learner", ("ray::_WrappedExecutable",)),
-         ("plane actor", ("ray::_PlaneActor",)), ("raylet", ("raylet/raylet",)), ("gcs", ("gcs_server",)),
-         ("driver", ("rllib_experience_path.py",)))
+ROLES = (("state server", ("EnvRunnerStateServer",)), ("EnvRunner", ("SingleAgentEnvRunner", "MultiAgentEnvRunner")),
+         ("learner", ("ray::_WrappedExecutable",)), ("plane actor", ("ray::_PlaneActor",)),
+         ("raylet", ("raylet/raylet",)), ("gcs", ("gcs_server",)), ("driver", ("rllib_experience_path.py",)))
 
 
 def role_of(cmdline: str) -> str:
@@ -86,20 +86,27 @@ def snapshot(root: int) -> dict[int, dict]:
     out = {}
     for pid in descendants(root):
         cmd = _read(f"/proc/{pid}/cmdline")
-        if cmd is None:
+        times = thread_times(pid)
+        if cmd is None or times is None:
             continue
-        run = wait = 0.0
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            ss = _read(f"/proc/{pid}/task/{tid}/schedstat")
-            if ss:
-                fields = ss.split()
-                run, wait = run + int(fields[0]) / 1e9, wait + int(fields[1]) / 1e9
-        out[pid] = {"cmd": cmd.replace("\0", " ").strip(), "run_s": run, "wait_s": wait}
+        out[pid] = {"cmd": cmd.replace("\0", " ").strip(), "run_s": times[0], "wait_s": times[1]}
     return out
+
+
+def thread_times(pid: int) -> tuple[float, float] | None:
+    """Seconds the threads of ``pid`` have spent on a CPU and waiting for one, summed (``schedstat``'s
+    first two fields, nanoseconds, per ``/proc/<pid>/task/<tid>``); None once the process is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    run = wait = 0
+    for tid in tids:
+        ss = _read(f"/proc/{pid}/task/{tid}/schedstat")
+        if ss:
+            fields = ss.split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run / 1e9, wait / 1e9
 
 
 def cores_between(a: dict[int, dict], b: dict[int, dict], seconds: float) -> list[dict]:

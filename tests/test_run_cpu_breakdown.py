@@ -44,7 +44,7 @@ def test_a_busy_child_is_counted_on_a_cpu_and_a_sleeping_one_is_not():
         (row,) = rcb.cores_between(a, b, t1 - t0)
         assert row["pid"] == busy.pid and row["role"] == "other"
         assert 0.3 < row["on_cpu"] + row["waiting"] <= 1.05  # it wants a whole core the whole time
-        sa, sb = rcb.snapshot(idle.pid), None
+        sa = rcb.snapshot(idle.pid)
         time.sleep(0.5)
         sb = rcb.snapshot(idle.pid)
         (quiet,) = rcb.cores_between(sa, sb, 0.5)
@@ -53,6 +53,14 @@ def test_a_busy_child_is_counted_on_a_cpu_and_a_sleeping_one_is_not():
         for p in (busy, idle):
             p.kill()
             p.wait()
+
+
+def test_thread_times_of_a_gone_process_is_none():
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert rcb.thread_times(gone.pid) is None
+    run, wait = rcb.thread_times(os.getpid())
+    assert run > 0 and wait >= 0
 
 
 def test_descendants_include_grandchildren():
