@@ -9,6 +9,13 @@ Each figure is one primitive timed in isolation (medians over repeats), never an
 * ``rpc_overlap_ratio`` — ``n`` such calls issued together and gathered with one ``ray.get`` (what
   ``foreach_actor`` does: it calls ``.remote()`` on every actor, then waits on all references),
   divided by one call: near 1 means the round trips overlap, near ``n`` that they add up;
+* ``rpc_callee_cpu_s`` — the called actor's side of a call as RLlib makes it: every
+  ``FaultTolerantActorManager.foreach_actor`` call is ``actor.apply.remote(func=<a function>)``
+  (``utils/actor_manager.py``: a method name is wrapped by ``_method_caller``), so the actor unpickles a
+  function, applies it and replies. Its process's CPU time (every thread, ``/proc/<pid>/task/<tid>/schedstat``:
+  Ray's task loop included) per call over blocks of back-to-back calls of a function that does nothing,
+  less what the same process burns idle over the same wall time (measured just before each block). An
+  EnvRunner pays it on every call it serves (``sample``, ``set_state``): CPU of the runner's node;
 CPU-bound, single-process primitives are timed in CPU time (``time.process_time``), so that other
 processes on a shared machine do not inflate them; Ray calls are timed in wall time.
 
@@ -37,6 +44,13 @@ Writes JSON (``--out``, default ``results/stock_primitives.json``) that
 :mod:`conduit.sim.params` quotes as the source of :class:`~conduit.sim.params.StockCosts`.
 
     RAY_AUTH_MODE=disabled python benchmarks/stock_primitives.py [--out FILE]
+
+``--sections`` measures only some of the groups (``pickle``, ``buffer``, ``connector``, ``ray``,
+``callee``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
+with ``<section>_when``, e.g. adding the callee's CPU to the file the simulator reads::
+
+    RAY_AUTH_MODE=disabled python benchmarks/stock_primitives.py --sections callee --merge \
+        --out benchmarks/stock_primitives.2core-vm.json
 """
 
 from __future__ import annotations
@@ -50,6 +64,10 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from run_cpu_breakdown import thread_times  # this directory: the script's own sys.path[0]
+
+SECTIONS = ("pickle", "buffer", "connector", "ray", "callee")
 
 
 def _median(fn, repeats: int, clock=time.perf_counter) -> float:
@@ -146,77 +164,170 @@ def _connector_primitives(repeats: int) -> dict:
     return out
 
 
+def callee_cpu_per_call(call, pid: int, calls: int = 200, blocks: int = 5, idle_s: float = 0.5) -> float:
+    """The callee process ``pid``'s CPU seconds per ``call()`` (one synchronous call it serves).
+
+    Per block: the process's CPU (every thread) over ``idle_s`` of nothing, then over ``calls`` back-to-back
+    calls; the block's figure is the calls' CPU less the idle rate times their wall time, per call (Ray's
+    workers poll and heartbeat on their own threads whether called or not). The median over ``blocks``."""
+    per_block = []
+    for _ in range(blocks):
+        c0, t0 = _cpu_of(pid), time.perf_counter()
+        time.sleep(idle_s)
+        c1, t1 = _cpu_of(pid), time.perf_counter()
+        idle_rate = (c1 - c0) / (t1 - t0)
+        for _ in range(calls):
+            call()
+        c2, t2 = _cpu_of(pid), time.perf_counter()
+        per_block.append(max(0.0, (c2 - c1) - idle_rate * (t2 - t1)) / calls)
+    return statistics.median(per_block)
+
+
+def _cpu_of(pid: int) -> float:
+    times = thread_times(pid)
+    if times is None:
+        raise RuntimeError(f"process {pid} is gone: its CPU time cannot be read")
+    return times[0]
+
+
+def _pickle_primitives(repeats: int) -> dict:
+    small = [_episode(200, (4,), "float32") for _ in range(20)]
+    out = {"episode_pickle_s": _cpu(lambda: [pickle.dumps(e, protocol=5) for e in small], repeats) / len(small)}
+    blobs = [pickle.dumps(e, protocol=5) for e in small]
+    out["episode_unpickle_s"] = _cpu(lambda: [pickle.loads(b) for b in blobs], repeats) / len(small)
+    return out
+
+
+def _buffer_primitives(repeats: int) -> dict:
+    from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer
+
+    buf = EpisodeReplayBuffer(capacity=50_000)
+    one = [_episode(1, (4,), "float32") for _ in range(repeats * 4)]
+    many = [_episode(64, (4,), "float32") for _ in range(repeats)]
+    it1, it64 = iter(one), iter(many)
+    for _ in range(200):
+        buf.add([_episode(8, (4,), "float32")])
+    out = {"buffer_add_s": _cpu(lambda: buf.add([next(it1)]), repeats)}
+    add64 = _cpu(lambda: buf.add([next(it64)]), repeats // 2)
+    out["buffer_add_per_step_s"] = max(0.0, (add64 - out["buffer_add_s"]) / 63)
+    out["buffer_sample_s"] = _cpu(lambda: buf.sample(num_items=32), repeats)
+    sample256 = _cpu(lambda: buf.sample(num_items=256), repeats // 2)
+    out["buffer_sample_per_item_s"] = max(0.0, (sample256 - out["buffer_sample_s"]) / 224)
+    return out
+
+
+def _ray_primitives(ray, repeats: int, sections: set[str]) -> dict:
+    out: dict = {}
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def ping(self):
+            return None
+
+        def pid(self):
+            return os.getpid()
+
+        def apply(self, func, *args, **kwargs):  # FaultAwareApply.apply (utils/actor_manager.py), its try included
+            try:
+                return func(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - RLlib returns the error as the call's result
+                return exc
+
+    actors = [Echo.remote() for _ in range(4)]
+    ray.get([a.ping.remote() for a in actors])
+    if "ray" in sections:
+        single = _median(lambda: ray.get(actors[0].ping.remote()), repeats * 4)
+        together = _median(lambda: ray.get([a.ping.remote() for a in actors]), repeats * 2)
+        calls = repeats * 4
+        cpu0 = time.process_time()
+        for _ in range(calls):
+            ray.get(actors[0].ping.remote())
+        out["rpc_driver_cpu_s"] = (time.process_time() - cpu0) / calls
+        out["rpc_round_trip_s"] = single
+        out["rpc_overlap_n"] = len(actors)
+        out["rpc_overlap_ratio"] = together / single
+        sizes, put_times, get_times = [], [], []
+        for frames in (1, 4, 16, 64):
+            eps = [_episode(50 * frames, (84, 84), "uint8")]
+            nbytes = sum(a.nbytes for a in (eps[0].get_observations(),))
+            put = _cpu(lambda eps=eps: ray.put(eps), max(9, repeats // 3))
+            ref = ray.put(eps)
+            get = _median(lambda ref=ref: ray.get(ref), max(5, repeats // 5))
+            sizes.append(nbytes)
+            put_times.append(put)
+            get_times.append(get)
+        slope = (put_times[-1] - put_times[0]) / (sizes[-1] - sizes[0])
+        out["put_bandwidth"] = 1.0 / slope if slope > 0 else float("inf")
+        out["put_latency_s"] = max(0.0, put_times[0] - sizes[0] * slope)
+        out["put_cpu_s"] = put_times
+        out["get_s_smallest"], out["get_s_largest"] = get_times[0], get_times[-1]
+        out["get_sizes_bytes"] = [sizes[0], sizes[-1]]
+    if "callee" in sections:
+        pid = ray.get(actors[0].pid.remote())
+        def nothing(actor):
+            return None
+
+        out["rpc_callee_cpu_s"] = callee_cpu_per_call(lambda: ray.get(actors[0].apply.remote(func=nothing)), pid,
+                                                      calls=repeats * 4)
+    return out
+
+
+def parse_sections(text: str) -> set[str]:
+    """``--sections``: a comma-separated subset of :data:`SECTIONS` (``all``: every one)."""
+    chosen = {part.strip() for part in text.split(",") if part.strip()}
+    if chosen == {"all"}:
+        return set(SECTIONS)
+    unknown = sorted(chosen - set(SECTIONS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(unknown) or '(none given)'}; "
+                                         f"known: {', '.join(SECTIONS)} or all")
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/stock_primitives.json"))
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--sections", type=parse_sections, default=set(SECTIONS),
+                        help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other fields of an existing --out file; stamp the new ones <section>_when")
     args = parser.parse_args(argv)
+    if args.repeats < 4:
+        parser.error(f"--repeats must be at least 4, got {args.repeats}")
+    previous: dict = {}
+    if args.merge and args.out.exists():
+        try:
+            previous = json.loads(args.out.read_text())
+        except (OSError, ValueError) as exc:
+            parser.error(f"--merge: {args.out} is not a readable JSON file ({exc})")
+        if not isinstance(previous, dict):
+            parser.error(f"--merge: {args.out} does not hold a JSON object")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
-    from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer
 
-    out: dict = {"host": platform.node(), "cpus": os.cpu_count(), "ray": ray.__version__,
-                 "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    # -- pickling of episodes (no Ray): per-episode object overhead
-    small = [_episode(200, (4,), "float32") for _ in range(20)]
-    out["episode_pickle_s"] = _cpu(lambda: [pickle.dumps(e, protocol=5) for e in small], args.repeats) / len(small)
-    blobs = [pickle.dumps(e, protocol=5) for e in small]
-    out["episode_unpickle_s"] = _cpu(lambda: [pickle.loads(b) for b in blobs], args.repeats) / len(small)
-    # -- replay buffer primitives
-    buf = EpisodeReplayBuffer(capacity=50_000)
-    one = [_episode(1, (4,), "float32") for _ in range(args.repeats * 4)]
-    many = [_episode(64, (4,), "float32") for _ in range(args.repeats)]
-    it1, it64 = iter(one), iter(many)
-    for _ in range(200):
-        buf.add([_episode(8, (4,), "float32")])
-    out["buffer_add_s"] = _cpu(lambda: buf.add([next(it1)]), args.repeats)
-    add64 = _cpu(lambda: buf.add([next(it64)]), args.repeats // 2)
-    out["buffer_add_per_step_s"] = max(0.0, (add64 - out["buffer_add_s"]) / 63)
-    out["buffer_sample_s"] = _cpu(lambda: buf.sample(num_items=32), args.repeats)
-    sample256 = _cpu(lambda: buf.sample(num_items=256), args.repeats // 2)
-    out["buffer_sample_per_item_s"] = max(0.0, (sample256 - out["buffer_sample_s"]) / 224)
-    # -- the learner connector, NumpyToTensor, the driver's per-result bookkeeping (no Ray needed)
-    out.update(_connector_primitives(args.repeats))
-    # -- Ray: round trips, overlap, put/get
-    with tempfile.TemporaryDirectory(prefix="cdt-prim-") as tmp:
-        ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, object_store_memory=512 << 20,
-                 log_to_driver=False)
-        try:
-            @ray.remote(num_cpus=0)
-            class Echo:
-                def ping(self):
-                    return None
-
-            actors = [Echo.remote() for _ in range(4)]
-            ray.get([a.ping.remote() for a in actors])
-            single = _median(lambda: ray.get(actors[0].ping.remote()), args.repeats * 4)
-            together = _median(lambda: ray.get([a.ping.remote() for a in actors]), args.repeats * 2)
-            calls = args.repeats * 4
-            cpu0 = time.process_time()
-            for _ in range(calls):
-                ray.get(actors[0].ping.remote())
-            out["rpc_driver_cpu_s"] = (time.process_time() - cpu0) / calls
-            out["rpc_round_trip_s"] = single
-            out["rpc_overlap_n"] = len(actors)
-            out["rpc_overlap_ratio"] = together / single
-            sizes, put_times, get_times = [], [], []
-            for frames in (1, 4, 16, 64):
-                eps = [_episode(50 * frames, (84, 84), "uint8")]
-                nbytes = sum(a.nbytes for a in (eps[0].get_observations(),))
-                put = _cpu(lambda eps=eps: ray.put(eps), max(9, args.repeats // 3))
-                ref = ray.put(eps)
-                get = _median(lambda ref=ref: ray.get(ref), max(5, args.repeats // 5))
-                sizes.append(nbytes)
-                put_times.append(put)
-                get_times.append(get)
-            slope = (put_times[-1] - put_times[0]) / (sizes[-1] - sizes[0])
-            out["put_bandwidth"] = 1.0 / slope if slope > 0 else float("inf")
-            out["put_latency_s"] = max(0.0, put_times[0] - sizes[0] * slope)
-            out["put_cpu_s"] = put_times
-            out["get_s_smallest"], out["get_s_largest"] = get_times[0], get_times[-1]
-            out["get_sizes_bytes"] = [sizes[0], sizes[-1]]
-        finally:
-            ray.shutdown()
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out: dict = {"host": platform.node(), "cpus": os.cpu_count(), "ray": ray.__version__, "when": when}
+    if "pickle" in args.sections:  # pickling of episodes (no Ray): per-episode object overhead
+        out.update(_pickle_primitives(args.repeats))
+    if "buffer" in args.sections:
+        out.update(_buffer_primitives(args.repeats))
+    if "connector" in args.sections:  # the learner connector, NumpyToTensor, the driver's per-result bookkeeping
+        out.update(_connector_primitives(args.repeats))
+    if args.sections & {"ray", "callee"}:  # round trips, overlap, put/get; the callee's side of a call
+        with tempfile.TemporaryDirectory(prefix="cdt-prim-") as tmp:
+            ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, object_store_memory=512 << 20,
+                     log_to_driver=False)
+            try:
+                out.update(_ray_primitives(ray, args.repeats, args.sections))
+            finally:
+                ray.shutdown()
+    if previous:
+        merged = dict(previous)
+        merged.update({k: v for k, v in out.items() if k not in ("host", "cpus", "ray", "when")})
+        for section in sorted(args.sections):
+            merged[f"{section}_when"] = when
+        out = merged
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     for key, value in out.items():

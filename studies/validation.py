@@ -152,7 +152,10 @@ def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str =
         if not wall:
             raise SystemExit(f"calibration: {kind}:{key} has no wall-clock medians (--clock wall)")
         entry = dict(entry)
-        if kind == "weights":
+        if kind == "weights":  # one call per sweep point; its two ends scaled with it
+            scale = float(wall[0]) / float(entry["latency"])
+            entry["extra"] = {**entry.get("extra", {}), **{k: float(v) * scale for k, v in entry.get("extra", {}).items()
+                                                         if k in ("get_s", "set_s")}}
             entry["latency"] = entry["per_item"] = float(wall[0])
         else:
             lat, rate, _ = refit(entry["sizes"], wall, entry.get("extra"))
@@ -204,7 +207,11 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     - DQN: the EnvRunner's ``get_metrics()`` rides in each sample call (``runner_metrics``), and the
       buffer, metrics-aggregate and learner-connector costs are the workload's own (:func:`workload_stock`);
     - weight sync = measured get/set of the module's state + two RPC round trips (learner -> driver,
-      driver -> runners, ``StockCosts.rpc_overhead``) + the state's bytes at ``serialize_bandwidth``.
+      driver -> runners, ``StockCosts.rpc_overhead``) + the state's bytes at ``serialize_bandwidth``;
+      DQN's (:meth:`conduit.sim.dqn.DqnLoop.dqn_weight_sync`): the driver's work, the learner's ``get_state``
+      and the local EnvRunner's ``set_state`` (the ``weights`` primitive's two ends, ``get_s`` and ``set_s``)
+      plus ``ray.put`` of the state (``put_per_call`` + its bytes at ``serialize_bandwidth``); each remote
+      EnvRunner's ``set_state`` is ``weight_set_time`` (``set_s``), on its own thread.
     """
     from conduit.sim.workload import Workload
 
@@ -249,6 +256,14 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     elif algo == "dqn":
         from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
 
+        ends = weights.get("extra", {})
+        if "get_s" not in ends or "set_s" not in ends:
+            raise SystemExit(f"calibration: weights primitive of {name} has no get_s/set_s (measured before the "
+                             f"weight sync's two ends were timed apart); add them with studies/validation.py "
+                             f"--calibration FILE --add-learner-primitives --only weights --out DIR")
+        fields.update(weight_sync_time=float(ends["get_s"]) + float(ends["set_s"]) + stock.put_per_call
+                      + float(weights["extra"].get("state_bytes", 0)) / stock.serialize_bandwidth,
+                      weight_set_time=float(ends["set_s"]))
         store, train = calculate_rr_weights(cfg)
         total = int(cfg.total_train_batch_size)
         steps_per_round = store * fragment * envs * runners
@@ -362,7 +377,7 @@ LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "gae_co
 PPO_PRIMITIVES = {"learner_update_call", "gae_connector", "learner_update_call_local", "gae_connector_local"}
 #: every kind --add-learner-primitives measures (``--only`` picks among them; ``env_runner`` only when asked)
 LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", *DQN_DRIVER_PRIMITIVES,
-                      *LOCAL_PRIMITIVES, "env_runner")
+                      *LOCAL_PRIMITIVES, "env_runner", "weights")
 
 
 def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, Any], quick: bool,
@@ -382,8 +397,9 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
     speed = hostspeed.probe()
     runs: dict[str, list] = {}
     one_thread = not only or any(k not in LOCAL_PRIMITIVES for k in only)
-    # what a runner alone measures needs no learner: its calls, its sampling (only when asked for)
-    runner_only = bool(only) and set(only) <= {"runner_metrics", "env_runner"}
+    # what a runner alone measures needs no learner: its calls, its sampling (only when asked for); the
+    # module's weight sync (``weights``) needs only the RLModule
+    runner_only = bool(only) and set(only) <= {"runner_metrics", "env_runner", "weights"}
     chosen = {key: (algo, cfg) for key, (algo, cfg) in calibration_configs(configs).items()
               if algo == "ppo" or not (only and set(only) <= PPO_PRIMITIVES)}
     for _ in range(max(1, repeat)):
@@ -392,9 +408,11 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
                 ms = []
                 if "env_runner" in only:
                     ms.append(cal.measure_env_runner(key, cfg, quick))
+                if "weights" in only:
+                    ms += [m for m in cal.measure_module(key, algo, cfg, quick) if m.name.startswith("weights:")]
                 if not runner_only:
                     ms += cal.measure_learner(key, algo, cfg, quick)
-                elif "runner_metrics" in only:
+                if runner_only and "runner_metrics" in only:
                     ms += cal.measure_runner_call(key, algo, cfg, quick)
                 for m in ms:
                     runs.setdefault(m.name, []).append(m)
@@ -444,8 +462,9 @@ def _median_of_runs(ms: Sequence[Any]) -> Any:
     walls = [statistics.median(m.extra["wall_medians"][i] for m in ms) for i in range(len(first.medians))] \
         if all("wall_medians" in m.extra for m in ms) else None
     lat, rate, _ = refit(first.sizes, medians, first.extra)
+    ends = {k: statistics.median(m.extra[k] for m in ms) for k in ("get_s", "set_s") if all(k in m.extra for m in ms)}
     m = replace(first, latency=lat, bandwidth=rate, medians=medians, samples=sum(x.samples for x in ms),
-                extra={**first.extra, **({"wall_medians": walls} if walls else {})})
+                extra={**first.extra, **({"wall_medians": walls} if walls else {}), **ends})
     if m.unit == "calls":
         m.latency = 1.0 / m.bandwidth
     m.note += f"; per-size medians of {len(ms)} runs"

@@ -102,7 +102,11 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     # CartPole: 4 float32 observations and a few scalars per step; a random policy's episodes are short
     assert 16 < runner.extra["bytes_per_step"] < 4096
     assert runner.extra["episodes_done"] == 0 or 8 <= runner.extra["episode_length"] <= 500
-    assert out["weights:ppo-cartpole"].extra["state_bytes"] > 0
+    weights = out["weights:ppo-cartpole"]
+    assert weights.extra["state_bytes"] > 0
+    # the sync's two ends apart (the learner's get_state, an EnvRunner's set_state): medians of the same calls
+    assert weights.extra["get_s"] > 0 and weights.extra["set_s"] > 0
+    assert weights.extra["get_s"] + weights.extra["set_s"] <= 3 * max(weights.medians)
 
 
 @pytest.mark.e2e

@@ -207,3 +207,57 @@ def test_janus_fragment_length_splits_the_runners_fragment():
     assert sim.workload.fragment_length == 16
     with pytest.raises(Exception, match="fragment_steps"):
         janus("gpu", True, False, 1, fragment_steps=-1)
+
+
+# ---------------------------------------------------------------- DQN's weight sync (EnvRunnerGroup.sync_weights)
+@SETTINGS
+@given(runners=st.sampled_from([1, 2, 4]), local=st.booleans(), sync_ms=st.floats(0.1, 5.0),
+       set_ms=st.floats(0.0, 5.0), callee_ms=st.floats(0.0, 1.0), get_ms=st.floats(0.0, 1.0),
+       driver_ms=st.floats(0.0, 0.5), step_ms=st.floats(0.1, 2.0))
+def test_dqn_weight_sync_holds_the_driver_and_runs_set_state_before_each_runners_next_sample(
+        runners, local, sync_ms, set_ms, callee_ms, get_ms, driver_ms, step_ms):
+    """``sync_weights`` is the driver's work (``weight_sync_time``) plus one ``rpc_driver_cpu`` per EnvRunner
+    (and, with remote learners, a round trip to the first learner); each EnvRunner serves its ``set_state``
+    call (dispatch, the state's ``ray.get``, ``weight_set_time``) before the next round's ``sample()``, which
+    pays its own dispatch too: the next round's sampling span is both calls plus the step."""
+    zero = {f.name: 0.0 for f in fields(StockCosts)}
+    zero["serialize_bandwidth"] = zero["deserialize_bandwidth"] = math.inf
+    rtt = 3e-3
+    stock = StockCosts(**{**zero, "rpc_overhead": rtt, "rpc_driver_cpu": driver_ms * 1e-3,
+                          "rpc_callee_cpu": callee_ms * 1e-3, "get_per_object": get_ms * 1e-3})
+    batch = 32  # one update per round once learning starts: replay_ratio x steps per round = batch
+    wl = {"base": "dqn", "env_runners": runners, "envs_per_runner": 1, "fragment_length": 1, "bytes_per_step": 64,
+          "env_step_time": step_ms * 1e-3, "env_step_cv": 0.0, "inference_time": 0.0, "runner_call_overhead": 0.0,
+          "min_size": 64, "replay_capacity": 8192, "replay_ratio": batch / runners, "batch_size": batch,
+          "learners": 1, "local_learner": local, "frame_stack": 1,
+          "weight_sync_time": sync_ms * 1e-3, "weight_set_time": set_ms * 1e-3}
+    sim, _ = run(topology(gpus=1), wl, iterations=4, stock=stock)
+    sync = (sync_ms + runners * driver_ms + (0.0 if local else driver_ms)) * 1e-3 + (0.0 if local else rtt - driver_ms * 1e-3)
+    sample = (callee_ms + get_ms + set_ms) * 1e-3 + (callee_ms + step_ms) * 1e-3
+    for it in (1, 2, 3):  # every round after the first update: one sample round, one update, one sync
+        seg = sim.rec.segments[it]
+        assert seg["weight_sync"] == pytest.approx(sync, rel=1e-9, abs=1e-12)
+        assert seg["sampling"] == pytest.approx(sample, rel=1e-9, abs=1e-12)
+
+
+# ---------------------------------------------------------------- PPO's "auto" fragment keeps batches exact
+@given(runners=st.integers(1, 64), learners=st.integers(1, 4), batch=st.integers(1, 5000),
+       fragment=st.integers(1, 4000))
+def test_auto_fragment_divides_the_learners_batch_whenever_it_shortens_the_fragment(runners, learners, batch,
+                                                                                    fragment):
+    """A fragment that did not divide ``train_batch_per_learner`` would make the last chunk overshoot the batch
+    (found by hypothesis: runners=10, batch=81 gave fragment 8 and an 88-step batch that overflowed an HBM sized
+    for 81 steps, a stall)."""
+    from conduit.sim.engine import auto_fragment
+
+    wl = load_workload({"base": "ppo", "envs_per_runner": 1, "fragment_length": fragment,
+                        "train_batch_per_learner": max(batch, fragment)})
+    out = auto_fragment(wl, runners, learners)
+    if out.fragment_length == wl.fragment_length:
+        # nothing to shorten: the runners' fragments fit the batch, or the fragment is one step already
+        assert runners * wl.chunk_steps <= learners * wl.train_batch_per_learner or \
+            out.fragment_length <= max(1, learners * wl.train_batch_per_learner // runners)
+    else:
+        assert out.fragment_length < wl.fragment_length
+        assert wl.train_batch_per_learner % out.fragment_length == 0
+        assert out.fragment_length <= max(1, learners * wl.train_batch_per_learner // runners)

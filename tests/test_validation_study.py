@@ -39,14 +39,16 @@ STOCK = val.stock_costs_from_primitives()
 
 
 def _prims(step=1e-3, call=2e-3, per_sample=50e-6, update_call=3e-3, value=10e-6, weights=1e-3,
-           nbytes=150.0, episode=25.0, state=270_000):
-    """Workload primitives in the calibration JSON's shape (``WorkloadMeasurement.to_dict()``)."""
+           nbytes=150.0, episode=25.0, state=270_000, get_share=0.45):
+    """Workload primitives in the calibration JSON's shape (``WorkloadMeasurement.to_dict()``); the weight
+    sync's two ends (``get_s``, ``set_s``) split ``weights`` at ``get_share``."""
     def m(per_item, latency, extra=None):
         return {"per_item": per_item, "latency": latency, "samples": 10, "extra": extra or {}}
 
     return {"env_runner": m(step, call, {"bytes_per_step": nbytes, "episode_length": episode}),
             "learner_update": m(per_sample, update_call), "value_pass": m(value, 0.0),
-            "weights": m(weights, weights, {"state_bytes": state})}
+            "weights": m(weights, weights, {"state_bytes": state, "get_s": get_share * weights,
+                                            "set_s": (1 - get_share) * weights})}
 
 
 times = st.floats(1e-6, 1e-2)
@@ -137,6 +139,32 @@ def test_dqn_workload_matches_its_config_field_by_field(runners, batch, starts, 
     assert wl.min_size == starts
     assert wl.replay_capacity == capacity
     assert wl.update_time_per_sample == _prims()["learner_update"]["per_item"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(weights=times, get_share=st.floats(0.0, 1.0), state=st.integers(0, 10**8))
+def test_dqn_weight_sync_is_the_drivers_work_and_each_runners_set_state(weights, get_share, state):
+    """DQN's ``sync_weights`` (conduit.sim.dqn.DqnLoop.dqn_weight_sync): the driver gets the learner's state,
+    puts it in the object store and sets the local EnvRunner's; each remote EnvRunner sets it on its own."""
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    cfg = DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+    prims = _prims(weights=weights, get_share=get_share, state=state)
+    wl = val.sim_workload("w", "dqn", cfg, prims, STOCK)
+    ends = prims["weights"]["extra"]
+    assert wl.weight_set_time == ends["set_s"]
+    assert wl.weight_sync_time == pytest.approx(ends["get_s"] + ends["set_s"] + STOCK.put_per_call
+                                                + state / STOCK.serialize_bandwidth)
+
+
+def test_a_calibration_without_the_weight_syncs_two_ends_is_refused_with_the_fix():
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    cfg = DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+    prims = _prims()
+    prims["weights"]["extra"] = {"state_bytes": 1000}
+    with pytest.raises(SystemExit, match="--add-learner-primitives --only weights"):
+        val.sim_workload("w", "dqn", cfg, prims, STOCK)
 
 
 def test_every_default_study_workload_maps_and_keys_one_calibration_entry_per_algo_and_env():
@@ -613,3 +641,14 @@ def test_the_large_obs_sweep_is_re_timed_after_a_ray_session_ended():
     assert entry["name"] == "env_runner:ppo-largeobs" and entry["per_item"] > 0
     assert entry["extra"]["bytes_per_step"] > 84 * 84 * 4  # the large observations, not a fallback env
     assert entry["extra"]["speed_probe"]["total_s"] > 0
+
+
+@given(cpu=times, wall=times, get_share=st.floats(0.0, 1.0))
+def test_wall_clock_weights_scale_their_two_ends_with_them(cpu, wall, get_share):
+    entry = {"latency": cpu, "per_item": cpu, "samples": 10, "sizes": [1, 2],
+             "extra": {"wall_medians": [wall, 2 * wall], "get_s": get_share * cpu, "set_s": (1 - get_share) * cpu}}
+    got = val._primitive({"workload": {"weights:k": entry}}, "weights", "k", "wall")
+    assert got["latency"] == wall
+    assert got["extra"]["get_s"] + got["extra"]["set_s"] == pytest.approx(wall)
+    assert got["extra"]["get_s"] == pytest.approx(get_share * wall)
+    assert entry["extra"]["get_s"] == get_share * cpu  # the calibration itself is not changed

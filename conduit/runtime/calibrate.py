@@ -1355,19 +1355,27 @@ def measure_module(name: str, algo: str, config, quick: bool = False) -> list[Wo
     if hasattr(other, "make_target_networks"):
         other.make_target_networks()
     state_bytes = 0
+    ends: dict[str, list[float]] = {"get_s": [], "set_s": []}
 
     def sync(_n: int) -> None:
         nonlocal state_bytes
+        c0 = time.process_time()
         state = convert_to_numpy(module.get_state(inference_only=True))
+        c1 = time.process_time()
         other.set_state(state)
+        ends["get_s"].append(c1 - c0)
+        ends["set_s"].append(time.process_time() - c1)
         state_bytes = sum(v.nbytes for v in _leaves(state) if isinstance(v, np.ndarray))
 
     w = _item_sweep(f"weights:{name}", "calls", sync, [1, 2], budget, 3, 40,
                     "get_state(inference_only=True) -> numpy, then set_state on a second module (a weight sync "
-                    "without its RPC)")
+                    "without its RPC); extra get_s / set_s: the two ends apart (medians, CPU time)")
     # one call per sweep point: the fit's 'latency' is the per-call time
     w.latency, w.bandwidth = w.medians[0], 1.0 / w.medians[0]
     w.extra["state_bytes"] = state_bytes
+    # the sender's end (the learner's get_state) and the receiver's (an EnvRunner's set_state): DQN's sync
+    # runs them on different threads (conduit.sim.dqn.DqnLoop.dqn_weight_sync)
+    w.extra.update({k: statistics.median(v) for k, v in ends.items() if v})
     out.append(w)
     return out
 

@@ -141,7 +141,7 @@ class AppoLoop:
         group: list[tuple[Chunk, ChunkTrace]] = []
         while not self._stop:
             # sampling holds a core of the runner's node (in quanta where the node is crowded)
-            yield from self.on_cores(runner.node, self.sample_time(w.fragment_length))
+            yield from self.on_cores(runner.node, self.remote_sample_time(runner, w.fragment_length))
             if self._stop:
                 return
             if self.path.route == "driver":

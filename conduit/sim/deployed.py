@@ -197,10 +197,11 @@ class DeployedRoute:
     def on_plane(self, lr: LearnerRole, seconds: float) -> Generator:
         return self._pipeline([(self.plane_actor[lr.node], seconds)])
 
-    def deployed_sample(self, runner: RunnerRole, vector_steps: int) -> Generator:
+    def deployed_sample(self, runner: RunnerRole, vector_steps: int, call: bool = True) -> Generator:
         """One stock sampler call: the runner's thread and a core of its node for its duration (in
-        quanta on an oversubscribed node)."""
-        left = self.sample_time(vector_steps)
+        quanta on an oversubscribed node). ``call``: the first piece of a ``sample()`` call the driver
+        made (:meth:`~conduit.sim.engine.Simulation.remote_sample_time`)."""
+        left = self.remote_sample_time(runner, vector_steps, call)
         thread = self.runner_thread[runner.id]
         if thread.fifo is None:  # _pipeline([(thread, left)]), inlined
             env = self.env
@@ -307,8 +308,8 @@ class DeployedRoute:
         in-flight slot, then an ingest call), and the value stream evaluates it once it has landed."""
         w = self.workload
         slots = self.runner_slots[runner.id]
-        for target in targets:
-            yield from self.deployed_sample(runner, w.fragment_length)
+        for i, target in enumerate(targets):
+            yield from self.deployed_sample(runner, w.fragment_length, call=i == 0)
             chunk, trace = self.new_chunk(runner, target, state.k)
             state.expect(target, chunk)
             yield slots.acquire()

@@ -16,7 +16,12 @@ Stock RLlib 2.60 (``ray/rllib/algorithms/dqn/dqn.py: DQN._training_step_new_api_
    (*c*, stacking ``frame_stack`` frames) and a pageable copy (*d*) run before each update.
    After each update, ``update_priorities_in_episode_replay_buffer`` (a prioritized buffer, DQN's
    default; ``StockCosts.buffer_update_priorities``).
-4. Weights are synced to the runners after the round's updates.
+4. Weights are synced to the runners after the round's updates (``EnvRunnerGroup.sync_weights``): the
+   driver's work, and one ``set_state`` call per EnvRunner that it does not wait for; each runner serves
+   it before its next ``sample()`` (:meth:`DqnLoop.dqn_weight_sync`).
+
+Every ``sample()`` call also costs the EnvRunner the callee's side of a Ray call (``StockCosts.rpc_callee_cpu``,
+:meth:`~conduit.sim.engine.Simulation.remote_sample_time`).
 
 With a local learner (``num_learners=0``) steps 3's call and serialization are a function call.
 
@@ -152,9 +157,29 @@ class DqnLoop:
         self._tick(update)
 
     def dqn_weight_sync(self, it: int, update: int) -> Generator:
-        """The round's weight sync to the runners (RLlib's ``sync_weights`` after the round's updates)."""
+        """The round's weight sync: ``EnvRunnerGroup.sync_weights(from_worker_or_learner_group=learner_group,
+        inference_only=True)`` after the round's updates (``algorithms/dqn/dqn.py``; ``env/env_runner_group.py:
+        sync_weights``), on the driver's thread:
+
+        - the learner group's ``get_state``: a local learner's (``num_learners=0``) is a call in the driver,
+          remote learners' a round trip to the first one;
+        - ``ray.put`` of the state, then one ``set_state`` call per EnvRunner through
+          ``foreach_env_runner_async_fetch_ready`` with ``timeout_seconds=0``: issued, not waited for
+          (``rpc_driver_cpu`` each);
+        - the local EnvRunner's ``set_state`` (``create_local_env_runner``, True by default).
+
+        ``weight_sync_time`` is that work but for the per-runner calls. Each EnvRunner serves its call
+        before its next ``sample()`` (:meth:`queue_on_runner`): the dispatch (``rpc_callee_cpu``), the
+        state's ``ray.get`` (``get_per_object``) and its ``set_state`` (``weight_set_time``)."""
+        w, s = self.workload, self.stock
+        runners = self.layout.runners
         t_sync = self.env.now
-        yield self.env.timeout(self.workload.weight_sync_time)
+        if not w.local_learner:  # LearnerGroup.get_state: a call to the first remote learner
+            yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
+        yield from self.on_driver(w.weight_sync_time + (0.0 if w.local_learner else s.rpc_driver_cpu)
+                                  + len(runners) * s.rpc_driver_cpu)
+        for runner in runners:
+            self.queue_on_runner(runner, s.rpc_callee_cpu + s.get_per_object + w.weight_set_time)
         self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
 
     def _stock_dqn_fetch(self, runner: RunnerRole, cid: int) -> Generator:
@@ -176,7 +201,7 @@ class DqnLoop:
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         """One ``sample()`` call: the runner's thread on a core of its node (in quanta where crowded)."""
-        yield from self.on_cores(runner.node, self.sample_time(self.workload.fragment_length))
+        yield from self.on_cores(runner.node, self.remote_sample_time(runner, self.workload.fragment_length))
         chunk, _ = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
         return chunk.id
 

@@ -225,6 +225,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         #: APPO's stock route: the shard sizes (chunks per learner) of every package the driver split
         self.stock_shards: list[list[int]] = []
         self.version = 0
+        #: runner id -> seconds of calls queued on its actor since its last sample (:meth:`remote_sample_time`)
+        self._runner_queued: dict[str, float] = {}
         self._next_chunk = 0
         self._chunks: dict[int, Chunk] = {}
         self._check_fits()
@@ -303,6 +305,22 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
             media = nbytes / self.topology.devices[source].get("read_bandwidth", 3e9)
             if self.env.now - start < media:
                 yield self.env.timeout(media - (self.env.now - start))
+
+    def remote_sample_time(self, runner: RunnerRole, vector_steps: int, call: bool = True) -> float:
+        """Sampling on a remote EnvRunner's thread. ``call``: this starts a ``sample()`` call the driver made,
+        so the runner first serves the calls queued on its actor since its last sample (DQN: the weight
+        sync's ``set_state``, :meth:`~conduit.sim.dqn.DqnLoop.dqn_weight_sync`; Ray runs an actor's calls in
+        order), then this call's own dispatch (``StockCosts.rpc_callee_cpu``: every ``foreach_actor`` call is
+        ``actor.apply.remote(func=...)``); a later piece of the same call (``call=False``: a fragment the
+        model splits into chunks) pays neither. Then the sampling itself (:meth:`sample_time`)."""
+        if not call:
+            return self.sample_time(vector_steps)
+        queued = self._runner_queued.pop(runner.id, 0.0)
+        return queued + self.stock.rpc_callee_cpu + self.sample_time(vector_steps)
+
+    def queue_on_runner(self, runner: RunnerRole, seconds: float) -> None:
+        """A call issued to ``runner``'s actor without waiting for it: it runs before the runner's next sample."""
+        self._runner_queued[runner.id] = self._runner_queued.get(runner.id, 0.0) + seconds
 
     def sample_time(self, vector_steps: int) -> float:
         w = self.workload
@@ -524,10 +542,11 @@ def auto_fragment(workload: Workload, runners: int, learners: int) -> Workload:
     round of ``synchronous_parallel_sample`` (every runner samples once) fills the batch. A workload
     whose runners together would sample more than its learners train on (``runners * chunk_steps >
     learners * train_batch_per_learner``) gets that fragment, rounded down to the longest fragment
-    (down to half of it) whose chunk divides ``train_batch_per_learner`` (where the division is not
-    exact RLlib gives some runners one more step; here chunks stay equal, so the few chunks that
-    remain go to some runners as a second fragment and every learner's batch keeps exactly its
-    steps). Every runner then samples, under every policy alike: the plane's pieces split
+    whose chunk divides ``train_batch_per_learner`` (where the division is not exact RLlib gives some
+    runners one more step; here chunks stay equal, so the few chunks that remain go to some runners as
+    a second fragment and every learner's batch keeps exactly its steps: with a fragment that did not
+    divide it, the last chunk would overshoot the batch, and a tier sized for the batch would not
+    hold it). Every runner then samples, under every policy alike: the plane's pieces split
     this fragment, not a fragment that only some runners would sample.
     Other workloads (and other algorithms) are returned unchanged.
     """
@@ -537,9 +556,10 @@ def auto_fragment(workload: Workload, runners: int, learners: int) -> Workload:
     if workload.algorithm != "ppo" or runners * workload.chunk_steps <= total:
         return workload
     even = max(1, total // (runners * workload.envs_per_runner))
-    # prefer the longest fragment down to half of that whose chunk divides a learner's batch, so
-    # every learner trains on exactly train_batch_per_learner steps (RLlib's batch is exact too)
-    fragment = next((f for f in range(even, max(1, even // 2) - 1, -1)
+    # the longest fragment at most that whose chunk divides a learner's batch, so every learner trains on
+    # exactly train_batch_per_learner steps (RLlib's batch is exact too); one step always divides it when
+    # a runner has one env
+    fragment = next((f for f in range(even, 0, -1)
                      if workload.train_batch_per_learner % (f * workload.envs_per_runner) == 0), even)
     if fragment >= workload.fragment_length:
         return workload

@@ -13,6 +13,10 @@ the shared machine do not inflate them). The parameter -> field of that file:
   references, so N calls cost the driver ``N * rpc_driver_cpu`` and ``rpc_overhead - rpc_driver_cpu``
   of latency that overlaps (same file: ``rpc_overlap_ratio`` 2.70 for 4 calls against the 2.47 this
   model predicts from the two figures above);
+  ``rpc_callee_cpu`` = ``rpc_callee_cpu_s`` (0.70 ms): the called actor's CPU per such call as RLlib
+  makes it (``actor.apply.remote(func=...)``: the function unpickled, applied, the reply sent; every
+  thread of the callee's process, less its idle burn), charged on the EnvRunner's core for each
+  ``sample()`` and ``set_state`` call it serves (three runs: 0.69-0.83 ms);
 * ``*_serialize_per_episode`` = ``episode_pickle_s`` (103 us), ``*_deserialize_per_episode`` =
   ``episode_unpickle_s`` (90 us): protocol-5 pickling of one numpy-ized ``SingleAgentEpisode``;
 * ``serialize_bandwidth`` = ``put_bandwidth`` (1.55 GB/s) and ``put_per_call`` = ``put_latency_s``
@@ -77,6 +81,7 @@ STOCK_PRIMITIVES_FILE = "benchmarks/stock_primitives.2core-vm.json"
 STOCK_SOURCES: dict[str, tuple[str, str]] = {
     "rpc_overhead": ("rpc_round_trip_s", "as measured"),
     "rpc_driver_cpu": ("rpc_driver_cpu_s", "as measured"),
+    "rpc_callee_cpu": ("rpc_callee_cpu_s", "as measured"),
     "sample_serialize_per_episode": ("episode_pickle_s", "as measured"),
     "sample_deserialize_per_episode": ("episode_unpickle_s", "as measured"),
     "shard_serialize_per_episode": ("episode_pickle_s", "as measured"),
@@ -103,6 +108,7 @@ class StockCosts:
 
     rpc_overhead: float = 1.0595e-3
     rpc_driver_cpu: float = 0.5224e-3
+    rpc_callee_cpu: float = 0.6984e-3
     local_call_overhead: float = 0.058e-3
     sample_serialize_per_episode: float = 102.6e-6
     sample_deserialize_per_episode: float = 89.68e-6

@@ -164,7 +164,8 @@ class PpoLoop:
         group: list[tuple[Chunk, ChunkTrace]] = []
         n_chunks = len(targets)
         for i, target in enumerate(targets):
-            yield from self.on_cores(runner.node, self.sample_time(w.fragment_length))
+            # one sample() call per iteration: its chunks are pieces of one fragment
+            yield from self.on_cores(runner.node, self.remote_sample_time(runner, w.fragment_length, call=i == 0))
             chunk, trace = self.new_chunk(runner, target, state.k)
             state.expect(target, chunk)
             if self.path.route == "direct":

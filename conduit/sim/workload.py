@@ -88,6 +88,7 @@ class Workload:
     epochs: int = 1
     train_batch_per_learner: int = 4096
     weight_sync_time: float = 5e-3
+    weight_set_time: float = 0.0
     # appo
     max_lag: int = 4
     max_reuse: int = 2
@@ -200,6 +201,7 @@ _MAY_BE_ZERO = {
     "runner_call_overhead",
     "value_pass_per_sample",
     "weight_sync_time",
+    "weight_set_time",
     "update_overhead",
     "max_lag",
     "min_size",
@@ -215,6 +217,7 @@ _TIME_FIELDS = {
     "update_overhead",
     "value_pass_per_sample",
     "weight_sync_time",
+    "weight_set_time",
 }
 _BYTE_FIELDS = {"bytes_per_step"}
 

@@ -52,6 +52,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("value_pass_per_sample", 0.1, None, "seconds per sample"),
     Bound("update_overhead", 60.0, None, "seconds per update"),
     Bound("weight_sync_time", 600.0, None, "seconds per broadcast"),
+    Bound("weight_set_time", 600.0, None, "seconds per broadcast"),
     Bound("env_step_cv", 10.0, None, "a coefficient of variation"),
     Bound("max_lag", 1_000, None, "policy versions of staleness"),
     Bound("replay_ratio", 1_024, None, "sampled per inserted sample"),
@@ -61,7 +62,8 @@ _warned: set[tuple[str, float]] = set()
 
 
 _TIMES = {"env_step_time", "inference_time", "runner_call_overhead", "update_time_per_sample",
-          "value_pass_per_sample", "update_overhead", "weight_sync_time"}
+          "value_pass_per_sample", "update_overhead", "weight_sync_time",
+          "weight_set_time"}
 
 
 def show_bound(name: str, value: float) -> str:

@@ -66,7 +66,12 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
     "epochs": ("passes", "passes over the train batch per update (PPO)"),
     "train_batch_per_learner": ("samples per learner", ("PPO: samples each learner trains on per update; "
                                 "at least one chunk")),
-    "weight_sync_time": ("s per broadcast", "one weight broadcast from learners to runners"),
+    "weight_sync_time": ("s per broadcast", ("one weight broadcast from learners to runners; DQN: the driver's "
+                         "work in `sync_weights` (the learner's `get_state`, `ray.put` of the state, the local "
+                         "EnvRunner's `set_state`), on its thread")),
+    "weight_set_time": ("s per broadcast", ("DQN: each EnvRunner's `set_state` of a broadcast state, on its own "
+                        "thread before its next `sample()` (Ray runs an actor's calls in order); the call's "
+                        "dispatch and the state's `ray.get` are added from the stock costs")),
     # appo
     "max_lag": ("policy versions", "APPO: largest policy-version lag a trained-on chunk may have (BoundedStaleness)"),
     "max_reuse": ("uses", "APPO: times one chunk may be trained on"),
