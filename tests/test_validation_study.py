@@ -652,3 +652,60 @@ def test_wall_clock_weights_scale_their_two_ends_with_them(cpu, wall, get_share)
     assert got["extra"]["get_s"] + got["extra"]["set_s"] == pytest.approx(wall)
     assert got["extra"]["get_s"] == pytest.approx(get_share * wall)
     assert entry["extra"]["get_s"] == get_share * cpu  # the calibration itself is not changed
+
+
+class _DriftingStudy(_FakeStudy):
+    """A fake study whose every run of a (workload, side) reads the next of ``values``."""
+
+    def __init__(self, names, values):
+        super().__init__(names)
+        self.values = list(values)
+
+    def run_isolated(self, w, side, args):
+        self.runs.append((w.name, side))
+        at = sum(1 for r in self.runs if r == (w.name, side)) - 1
+        return [{"workload": w.name, "side": side, "iteration_ms": float(self.values[at]), "iterations": 3}]
+
+
+@given(values=st.lists(st.floats(1.0, 1e4), min_size=1, max_size=5))
+def test_repeated_runs_interleave_and_report_the_median_of_their_medians(values):
+    import statistics
+
+    study = _DriftingStudy(["a", "b"], values)
+    meds, _ = val.measure(study, ["a", "b"], ["stock", "conduit"], 2, 1, log=lambda *_: None, runs=len(values))
+    one_pass = [("a", "stock"), ("a", "conduit"), ("b", "stock"), ("b", "conduit")]
+    assert study.runs == one_pass * len(values)  # every row once, then again: interleaved
+    for key in one_pass:
+        m = meds[key]
+        assert m["iteration_ms"] == statistics.median(values)
+        assert m["runs"] == len(values) and m["iteration_ms_runs"] == values
+        assert m["iterations"] == (3 * len(values) if len(values) > 1 else 3)
+
+
+def test_zero_runs_are_refused():
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        val.measure(_FakeStudy(["a"]), ["a"], ["stock"], 2, 1, log=lambda *_: None, runs=0)
+    with pytest.raises(SystemExit):
+        val.parse_args(["--runs", "0"])
+    with pytest.raises(SystemExit):
+        val.parse_args(["--runs", "2", "--predict-only"])
+    assert val.parse_args(["--runs", "3"]).runs == 3
+
+
+@given(costs=st.lists(st.floats(1e-4, 1e-2), min_size=1, max_size=6))
+def test_the_re_timed_prediction_uses_the_median_runs_sweep(costs):
+    rechecks = [{"workload": "a", "side": "stock", "run": i, "entry": {"per_item": c}} for i, c in enumerate(costs)]
+    rechecks.append({"workload": "a", "side": "stock", "run": len(costs), "error": "RuntimeError: x"})
+    chosen = val.median_rechecks(rechecks)
+    assert len(chosen) == 1
+    ranked = sorted(costs)
+    assert chosen[0]["entry"]["per_item"] == ranked[(len(ranked) - 1) // 2]
+
+
+def test_the_runs_section_lists_each_runs_iteration_and_the_spread():
+    rows = [{"workload": "a", "side": "stock", "runs": 3, "iteration_ms_runs": [300.0, 360.0, 330.0]},
+            {"workload": "b", "side": "stock", "runs": 1, "iteration_ms_runs": [10.0]}]
+    text = "\n".join(val.runs_section(rows))
+    assert "| a | stock | 300, 360, 330 | 1.20 |" in text
+    assert "| b |" not in text  # one run: nothing to spread
+    assert val.runs_section(rows[1:]) == []
