@@ -121,13 +121,15 @@ def cores_between(a: dict[int, dict], b: dict[int, dict], seconds: float) -> lis
     return sorted(rows, key=lambda r: -r["on_cpu"])
 
 
-def one_run(workload: str, side: str, iters: int, out: Path, timeout_s: float = 900.0) -> dict:
+def one_run(workload: str, side: str, iters: int, out: Path, timeout_s: float = 900.0,
+            env_extra: dict[str, str] | None = None) -> dict:
     """One study run of ``workload``/``side``, its CPU window and medians; stopped (its whole process group)
-    after ``timeout_s``."""
+    after ``timeout_s``. ``env_extra``: environment variables set for the run (``OMP_NUM_THREADS``)."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(ROOT / "studies" / "rllib_experience_path.py"), "--workloads", workload,
            "--sides", side, "--iters", str(iters), "--warmup", "1", "--out", str(out)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
+               **(env_extra or {}))
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # its own process group: a run past its deadline ends whole
     marks: dict[str, tuple[float, dict]] = {}
