@@ -119,6 +119,11 @@ def test_dqn_learner_and_driver_primitives_are_measured_on_the_configs_own_buffe
                                             "replay_priorities", "runner_metrics", "driver_metrics")}
     assert all(m.ok and m.latency > 0 for m in out.values()), {k: m.note for k, m in out.items()}
     assert "PrioritizedEpisodeReplayBuffer" in out["replay_sample:d"].note  # DQN's default buffer
+    # the priorities' update is timed alone (not a sweep of sample + update less a fitted sample): every size's
+    # median is positive, and 16x the items cost more than the fewest
+    prio = out["replay_priorities:d"]
+    assert "alone timed" in prio.note
+    assert all(t > 0 for t in prio.medians) and prio.medians[-1] > prio.medians[0]
 
 
 @pytest.mark.e2e
