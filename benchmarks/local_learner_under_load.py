@@ -21,9 +21,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from run_cpu_breakdown import one_run  # this directory: the script's own sys.path[0]
+from run_cpu_breakdown import add_run_arguments, check_run_arguments, one_run  # this directory: sys.path[0]
 
 BURN = "while True:\n    pass\n"
 
@@ -51,19 +50,12 @@ def variants(burners: int) -> list[tuple[str, dict[str, str], int]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workload", default="dqn-cartpole-1r", help="a workload of studies/rllib_experience_path.py")
-    p.add_argument("--side", default="stock", choices=("stock", "conduit"))
-    p.add_argument("--iters", type=int, default=4, help="training iterations per run (at least 4)")
+    add_run_arguments(p, "dqn-cartpole-1r", 4, "/tmp/local_learner_under_load")
     p.add_argument("--burners", type=int, default=1, help="busy loops beside the loaded runs")
-    p.add_argument("--out", type=Path, default=Path("/tmp/local_learner_under_load"))
-    p.add_argument("--timeout-s", type=float, default=900.0, help="seconds one run may take before it is stopped")
     args = p.parse_args(argv)
-    if args.iters < 4:
-        p.error("--iters must be at least 4 (the window runs from iteration 2 to iteration iters-1)")
+    check_run_arguments(p, args)
     if args.burners < 1:
         p.error("--burners must be at least 1")
-    if not args.timeout_s > 0:
-        p.error("--timeout-s must be positive")
     rows = []
     for k, (name, env, burners) in enumerate(variants(args.burners)):
         procs = start_burners(burners)

@@ -175,21 +175,31 @@ def one_run(workload: str, side: str, iters: int, out: Path, timeout_s: float = 
             "runner_cpu_ms_per_step": runner_cores * train_s / steps * 1e3 if steps else float("nan")}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workload", default="appo-cartpole-2r-1l", help="a workload of studies/rllib_experience_path.py")
+def add_run_arguments(p: argparse.ArgumentParser, workload: str, iters: int, out: str) -> None:
+    """The arguments of a script built on :func:`one_run`: which study run, how long, where, its deadline."""
+    p.add_argument("--workload", default=workload, help="a workload of studies/rllib_experience_path.py")
     p.add_argument("--side", default="stock", choices=("stock", "conduit"))
-    p.add_argument("--iters", type=int, default=16, help="training iterations per run (at least 4)")
-    p.add_argument("--repeat", type=int, default=3, help="runs, back to back")
-    p.add_argument("--out", type=Path, default=Path("/tmp/run_cpu_breakdown"))
+    p.add_argument("--iters", type=int, default=iters, help="training iterations per run (at least 4)")
+    p.add_argument("--out", type=Path, default=Path(out))
     p.add_argument("--timeout-s", type=float, default=900.0, help="seconds one run may take before it is stopped")
-    args = p.parse_args(argv)
+
+
+def check_run_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit status 2, the argument named) what :func:`add_run_arguments` added and :func:`one_run` cannot take."""
     if args.iters < 4:
         p.error("--iters must be at least 4 (the window runs from iteration 2 to iteration iters-1)")
-    if args.repeat < 1:
-        p.error("--repeat must be at least 1")
     if not args.timeout_s > 0:
         p.error("--timeout-s must be positive")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_run_arguments(p, "appo-cartpole-2r-1l", 16, "/tmp/run_cpu_breakdown")
+    p.add_argument("--repeat", type=int, default=3, help="runs, back to back")
+    args = p.parse_args(argv)
+    check_run_arguments(p, args)
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     runs = []
     for k in range(args.repeat):
         r = one_run(args.workload, args.side, args.iters, args.out / f"run{k}", args.timeout_s)
