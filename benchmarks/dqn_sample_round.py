@@ -22,13 +22,7 @@ import sys
 import tempfile
 import time
 
-from run_cpu_breakdown import thread_times  # this directory: the script's own sys.path[0]
-
-
-def process_cpu_s(pid: int) -> float:
-    """Seconds every thread of ``pid`` has spent on a CPU; NaN once it is gone."""
-    times = thread_times(pid)
-    return float("nan") if times is None else times[0]
+from run_cpu_breakdown import process_cpu_s  # this directory: the script's own sys.path[0]
 
 
 def main(calls: int = 300) -> None:

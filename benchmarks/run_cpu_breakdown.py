@@ -109,6 +109,15 @@ def thread_times(pid: int) -> tuple[float, float] | None:
     return run / 1e9, wait / 1e9
 
 
+def process_cpu_s(pid: int) -> float:
+    """Seconds every thread of ``pid`` has spent on a CPU (:func:`thread_times`); an error naming the pid once
+    the process is gone (a difference against a gone process would measure nothing)."""
+    times = thread_times(pid)
+    if times is None:
+        raise RuntimeError(f"process {pid} is gone: its CPU time cannot be read")
+    return times[0]
+
+
 def cores_between(a: dict[int, dict], b: dict[int, dict], seconds: float) -> list[dict]:
     """Per process alive at both snapshots: its role and the cores it held and waited for in between."""
     rows = []

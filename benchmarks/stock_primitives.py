@@ -65,7 +65,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from run_cpu_breakdown import thread_times  # this directory: the script's own sys.path[0]
+from run_cpu_breakdown import process_cpu_s  # this directory: the script's own sys.path[0]
 
 SECTIONS = ("pickle", "buffer", "connector", "ray", "callee")
 
@@ -172,22 +172,15 @@ def callee_cpu_per_call(call, pid: int, calls: int = 200, blocks: int = 5, idle_
     workers poll and heartbeat on their own threads whether called or not). The median over ``blocks``."""
     per_block = []
     for _ in range(blocks):
-        c0, t0 = _cpu_of(pid), time.perf_counter()
+        c0, t0 = process_cpu_s(pid), time.perf_counter()
         time.sleep(idle_s)
-        c1, t1 = _cpu_of(pid), time.perf_counter()
+        c1, t1 = process_cpu_s(pid), time.perf_counter()
         idle_rate = (c1 - c0) / (t1 - t0)
         for _ in range(calls):
             call()
-        c2, t2 = _cpu_of(pid), time.perf_counter()
+        c2, t2 = process_cpu_s(pid), time.perf_counter()
         per_block.append(max(0.0, (c2 - c1) - idle_rate * (t2 - t1)) / calls)
     return statistics.median(per_block)
-
-
-def _cpu_of(pid: int) -> float:
-    times = thread_times(pid)
-    if times is None:
-        raise RuntimeError(f"process {pid} is gone: its CPU time cannot be read")
-    return times[0]
 
 
 def _pickle_primitives(repeats: int) -> dict:

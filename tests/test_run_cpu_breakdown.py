@@ -61,6 +61,9 @@ def test_thread_times_of_a_gone_process_is_none():
     assert rcb.thread_times(gone.pid) is None
     run, wait = rcb.thread_times(os.getpid())
     assert run > 0 and wait >= 0
+    assert rcb.process_cpu_s(os.getpid()) >= run  # on a CPU since, never less
+    with pytest.raises(RuntimeError, match=f"process {gone.pid} is gone"):
+        rcb.process_cpu_s(gone.pid)
 
 
 def test_descendants_include_grandchildren():
