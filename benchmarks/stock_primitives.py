@@ -68,6 +68,8 @@ from pathlib import Path
 from run_cpu_breakdown import process_cpu_s  # this directory: the script's own sys.path[0]
 
 SECTIONS = ("pickle", "buffer", "connector", "ray", "callee")
+#: seconds any one Ray call of the measurements may take (they take milliseconds): past it, GetTimeoutError
+CALL_TIMEOUT_S = 60.0
 
 
 def _median(fn, repeats: int, clock=time.perf_counter) -> float:
@@ -227,14 +229,14 @@ def _ray_primitives(ray, repeats: int, sections: set[str]) -> dict:
                 return exc
 
     actors = [Echo.remote() for _ in range(4)]
-    ray.get([a.ping.remote() for a in actors])
+    ray.get([a.ping.remote() for a in actors], timeout=CALL_TIMEOUT_S)
     if "ray" in sections:
-        single = _median(lambda: ray.get(actors[0].ping.remote()), repeats * 4)
-        together = _median(lambda: ray.get([a.ping.remote() for a in actors]), repeats * 2)
+        single = _median(lambda: ray.get(actors[0].ping.remote(), timeout=CALL_TIMEOUT_S), repeats * 4)
+        together = _median(lambda: ray.get([a.ping.remote() for a in actors], timeout=CALL_TIMEOUT_S), repeats * 2)
         calls = repeats * 4
         cpu0 = time.process_time()
         for _ in range(calls):
-            ray.get(actors[0].ping.remote())
+            ray.get(actors[0].ping.remote(), timeout=CALL_TIMEOUT_S)
         out["rpc_driver_cpu_s"] = (time.process_time() - cpu0) / calls
         out["rpc_round_trip_s"] = single
         out["rpc_overlap_n"] = len(actors)
@@ -245,7 +247,7 @@ def _ray_primitives(ray, repeats: int, sections: set[str]) -> dict:
             nbytes = sum(a.nbytes for a in (eps[0].get_observations(),))
             put = _cpu(lambda eps=eps: ray.put(eps), max(9, repeats // 3))
             ref = ray.put(eps)
-            get = _median(lambda ref=ref: ray.get(ref), max(5, repeats // 5))
+            get = _median(lambda ref=ref: ray.get(ref, timeout=CALL_TIMEOUT_S), max(5, repeats // 5))
             sizes.append(nbytes)
             put_times.append(put)
             get_times.append(get)
@@ -256,11 +258,12 @@ def _ray_primitives(ray, repeats: int, sections: set[str]) -> dict:
         out["get_s_smallest"], out["get_s_largest"] = get_times[0], get_times[-1]
         out["get_sizes_bytes"] = [sizes[0], sizes[-1]]
     if "callee" in sections:
-        pid = ray.get(actors[0].pid.remote())
+        pid = ray.get(actors[0].pid.remote(), timeout=CALL_TIMEOUT_S)
+
         def nothing(actor):
             return None
 
-        out["rpc_callee_cpu_s"] = callee_cpu_per_call(lambda: ray.get(actors[0].apply.remote(func=nothing)), pid,
+        out["rpc_callee_cpu_s"] = callee_cpu_per_call(lambda: ray.get(actors[0].apply.remote(func=nothing), timeout=CALL_TIMEOUT_S), pid,
                                                       calls=repeats * 4)
     return out
 

@@ -555,7 +555,7 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
             log=print, recheck=None, runs: int = 1) -> tuple[dict[tuple[str, str], dict], list[dict[str, Any]]]:
     """Run each (workload, side) for real with the study's runner (own interpreter each), ``runs`` times,
     interleaved (every workload and side once, then again: a drift of the host over the session falls on
-    every row alike); each (workload, side)'s medians over its runs (:func:`median_of_runs`), and the
+    every row alike); each (workload, side)'s medians over its runs (:func:`median_of_run_medians`), and the
     ``recheck(name)`` entries taken just before each run (``[{workload, side, run, entry}]``; none when
     ``recheck`` is None; ``{workload, side, run, error}`` for one that failed)."""
     if runs < 1:
@@ -584,10 +584,10 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
                     f"{os.getloadavg()[0]:.2f}")
                 for m in study.medians(got):
                     per_run.setdefault((m["workload"], m["side"]), []).append(m)
-    return {key: median_of_runs(ms) for key, ms in per_run.items()}, rechecks
+    return {key: median_of_run_medians(ms) for key, ms in per_run.items()}, rechecks
 
 
-def median_of_runs(ms: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def median_of_run_medians(ms: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One (workload, side)'s measurement from its runs' medians: each numeric field the median over the
     runs (the median of medians: one slow run moves it no more than one slow iteration moves a run's own),
     ``iterations`` their sum, ``runs`` their number and ``iteration_ms_runs`` each run's own iteration time.
