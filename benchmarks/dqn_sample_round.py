@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from run_cpu_breakdown import process_cpu_s  # this directory: the script's own sys.path[0]
+from conduit.runtime.proccpu import process_cpu_s
 
 
 def main(calls: int = 300) -> None:

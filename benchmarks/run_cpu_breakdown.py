@@ -36,6 +36,8 @@ import threading
 import time
 from pathlib import Path
 
+from conduit.runtime.proccpu import thread_times
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: a process's role, from its command line (Ray renames its workers ``ray::<Class>``)
@@ -91,31 +93,6 @@ def snapshot(root: int) -> dict[int, dict]:
             continue
         out[pid] = {"cmd": cmd.replace("\0", " ").strip(), "run_s": times[0], "wait_s": times[1]}
     return out
-
-
-def thread_times(pid: int) -> tuple[float, float] | None:
-    """Seconds the threads of ``pid`` have spent on a CPU and waiting for one, summed (``schedstat``'s
-    first two fields, nanoseconds, per ``/proc/<pid>/task/<tid>``); None once the process is gone."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    run = wait = 0
-    for tid in tids:
-        ss = _read(f"/proc/{pid}/task/{tid}/schedstat")
-        if ss:
-            fields = ss.split()
-            run, wait = run + int(fields[0]), wait + int(fields[1])
-    return run / 1e9, wait / 1e9
-
-
-def process_cpu_s(pid: int) -> float:
-    """Seconds every thread of ``pid`` has spent on a CPU (:func:`thread_times`); an error naming the pid once
-    the process is gone (a difference against a gone process would measure nothing)."""
-    times = thread_times(pid)
-    if times is None:
-        raise RuntimeError(f"process {pid} is gone: its CPU time cannot be read")
-    return times[0]
 
 
 def cores_between(a: dict[int, dict], b: dict[int, dict], seconds: float) -> list[dict]:

@@ -65,7 +65,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from run_cpu_breakdown import process_cpu_s  # this directory: the script's own sys.path[0]
+from conduit.runtime.proccpu import callee_cpu_per_call
 
 SECTIONS = ("pickle", "buffer", "connector", "ray", "callee")
 #: seconds any one Ray call of the measurements may take (they take milliseconds): past it, GetTimeoutError
@@ -164,25 +164,6 @@ def _connector_primitives(repeats: int) -> dict:
     out["driver_bookkeeping_s"] = _cpu(lambda: logger.aggregate([metrics], key="env_runners"), repeats)
     runner.stop()
     return out
-
-
-def callee_cpu_per_call(call, pid: int, calls: int = 200, blocks: int = 5, idle_s: float = 0.5) -> float:
-    """The callee process ``pid``'s CPU seconds per ``call()`` (one synchronous call it serves).
-
-    Per block: the process's CPU (every thread) over ``idle_s`` of nothing, then over ``calls`` back-to-back
-    calls; the block's figure is the calls' CPU less the idle rate times their wall time, per call (Ray's
-    workers poll and heartbeat on their own threads whether called or not). The median over ``blocks``."""
-    per_block = []
-    for _ in range(blocks):
-        c0, t0 = process_cpu_s(pid), time.perf_counter()
-        time.sleep(idle_s)
-        c1, t1 = process_cpu_s(pid), time.perf_counter()
-        idle_rate = (c1 - c0) / (t1 - t0)
-        for _ in range(calls):
-            call()
-        c2, t2 = process_cpu_s(pid), time.perf_counter()
-        per_block.append(max(0.0, (c2 - c1) - idle_rate * (t2 - t1)) / calls)
-    return statistics.median(per_block)
 
 
 def _pickle_primitives(repeats: int) -> dict:

@@ -259,6 +259,8 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     elif algo == "dqn":
         from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
 
+        from conduit.runtime.rllib.plan import replay_sampler
+
         ends = weights.get("extra", {})
         if "get_s" not in ends or "set_s" not in ends:
             raise SystemExit(f"calibration: weights primitive of {name} has no get_s/set_s (measured before the "
@@ -273,7 +275,9 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
         fields.update(batch_size=total, replay_ratio=train * total / steps_per_round,
                       min_size=int(cfg.num_steps_sampled_before_learning_starts),
                       replay_capacity=int(cfg.replay_buffer_config.get("capacity", 50_000)),
-                      update_overhead=float(update["latency"]))
+                      update_overhead=float(update["latency"]),
+                      # the buffer the config asks for, read as enable() reads it (plan.py: replay_sampler)
+                      prioritized_replay=replay_sampler(dict(cfg.replay_buffer_config), name) != "uniform")
     else:
         raise ValueError(f"unknown algorithm {algo!r}")
     team = prims.get("torch_team")

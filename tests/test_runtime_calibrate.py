@@ -3,6 +3,7 @@
 import glob
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from conduit.cli import main
 from conduit.runtime import calibrate as cal
 from conduit.runtime.calibrate import Measurement, Measurements, fit_latency_bandwidth, measure_machine, topology_yaml
+from conduit.sim.cost_file import plane_costs_from_calibration
 from conduit.topology import load_topology
 
 HOST_NAMES = {"memcpy", "shm", "shm_create", "pickle", "pickle_oob"}
@@ -202,6 +204,36 @@ def test_object_store_measured_and_ray_shut_down(no_ray):  # it starts and stops
         assert not ray.is_initialized()
         assert set(glob.glob("/tmp/rcal-*")) <= before  # its temp dir is gone
         assert "object_store_put_bandwidth" in topology_yaml(ms)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc: the actor's CPU per call")
+def test_plane_actor_round_trip_and_its_cpu_per_call(no_ray):  # a Ray of its own, stopped after
+    ray = pytest.importorskip("ray", reason="ray is not installed: no plane actor to call")
+    try:
+        ms = cal.measure_plane(quick=True, ray=True)
+        call, callee = ms["plane_actor_call"], ms["plane_actor_callee"]
+        assert call.ok and callee.ok, (call.note, callee.note)
+        # the actor's CPU per call is part of what a caller waits for: positive, and not beyond the round trip
+        # by more than the actor's background threads could add (Ray's io threads run on the other core)
+        assert 0 < callee.latency < 5 * call.latency
+        assert "less its idle burn" in callee.note
+        # a replay draw and a priority update, each a whole call on the actor: dearer than a control call
+        for name in ("plane_replay_draw", "plane_replay_priorities"):
+            m = ms[name]
+            assert m.ok, m.note
+            assert m.sizes == [16, 64] and "rows/s" in m.note  # sizes are rows in a quick run
+            assert all(t > 0.5 * callee.latency for t in m.medians)
+        costs, taken = plane_costs_from_calibration(json.loads(cal.to_json(ms)), "<calibration>")
+        draw = ms["plane_replay_draw"]
+        assert costs.replay_draw(32) == pytest.approx(draw.latency + 32 / draw.bandwidth)
+        assert costs.actor_callee_cpu == callee.latency
+        assert {"replay_draw_per_call", "replay_draw_rows_per_s", "priorities_per_call", "priorities_rows_per_s",
+                "actor_callee_cpu", "call_round_trip"} <= set(taken)
+        assert not ray.is_initialized()
     finally:
         if ray.is_initialized():
             ray.shutdown()

@@ -119,14 +119,18 @@ def test_appo_workload_matches_its_config_field_by_field(runners, fragment, batc
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runners=st.integers(1, 3), batch=st.sampled_from([16, 32, 64]), starts=st.integers(0, 2000),
-       capacity=st.integers(5_000, 100_000), intensity=st.one_of(st.none(), st.sampled_from([32.0, 64.0, 256.0])))
-def test_dqn_workload_matches_its_config_field_by_field(runners, batch, starts, capacity, intensity):
+       capacity=st.integers(5_000, 100_000), intensity=st.one_of(st.none(), st.sampled_from([32.0, 64.0, 256.0])),
+       uniform=st.booleans())
+def test_dqn_workload_matches_its_config_field_by_field(runners, batch, starts, capacity, intensity, uniform):
     from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.algorithms.dqn.dqn import calculate_rr_weights
 
+    buffer = {"capacity": capacity, **({"type": "EpisodeReplayBuffer"} if uniform else {})}
     cfg = (DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=runners)
            .training(train_batch_size=batch, num_steps_sampled_before_learning_starts=starts,
-                     replay_buffer_config={"capacity": capacity}, training_intensity=intensity))
+                     replay_buffer_config=buffer, training_intensity=intensity))
+    if uniform:  # RLlib's default buffer keeps its alpha/beta keys when the type is changed: as a user would
+        cfg.replay_buffer_config = {k: v for k, v in cfg.replay_buffer_config.items() if k not in ("alpha", "beta")}
     try:
         wl = val.sim_workload("w", "dqn", cfg, _prims(), STOCK)
     except WorkloadError as exc:  # a contract the simulator refuses is refused with the field named
@@ -139,6 +143,8 @@ def test_dqn_workload_matches_its_config_field_by_field(runners, batch, starts, 
     assert wl.min_size == starts
     assert wl.replay_capacity == capacity
     assert wl.update_time_per_sample == _prims()["learner_update"]["per_item"]
+    # the buffer's kind as enable() reads it: DQN's default is RLlib's PrioritizedEpisodeReplayBuffer
+    assert wl.prioritized_replay is (not uniform)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -361,12 +367,16 @@ def test_stock_dqn_charges_priority_updates_and_the_per_round_metrics_aggregate(
 
     topo = topology_from_dict(tiny_topology_dict(nodes=1, gpus=1))
     wl = load_workload({"base": "dqn", "env_runners": 1, "learners": 1, "fragment_length": 4, "envs_per_runner": 1,
-                        "min_size": 8, "replay_ratio": 8.0, "batch_size": 32})
+                        "min_size": 8, "replay_ratio": 8.0, "batch_size": 32, "prioritized_replay": True})
     cheap = Simulation(topo, wl, create_policy("rllib-stock"), iterations=20, stock=STOCK).run()
     dear_stock = replace(STOCK, buffer_update_priorities_per_call=1e-3, driver_bookkeeping=STOCK.driver_bookkeeping + 1e-3)
     dear = Simulation(topo, wl, create_policy("rllib-stock"), iterations=20, stock=dear_stock).run()
     assert dear.sim_time >= cheap.sim_time + 20 * 1e-3 * 0.99  # one priority update per update, at least
     assert dear.to_dict()["segments_s"]["buffer_update_prios"] == pytest.approx(1e-3)
+    # a uniform buffer has no priorities to update: the same costs, none charged
+    uniform = Simulation(topo, replace(wl, prioritized_replay=False), create_policy("rllib-stock"), iterations=20,
+                         stock=dear_stock).run()
+    assert "buffer_update_prios" not in uniform.to_dict()["segments_s"]
 
 
 def test_a_local_learners_wall_clock_update_is_used_only_when_measured_quietly():

@@ -24,8 +24,13 @@ Measured:
 * the plane's own primitives (:func:`measure_plane`, read by the simulator as
   :class:`~conduit.sim.params.PlaneCosts`): ``plane_ingest`` / ``plane_deliver``, an in-process
   :class:`~conduit.runtime.plane.ExperiencePlane`'s ``ingest`` and ``next_batch`` (+ release) of one
-  chunk per call, per call and per byte; ``plane_actor_call``, the round trip of a call to a Ray
-  ``PlaneActor`` (``PlaneCluster.set_policy_version``: no payload, no plane work), where Ray is present.
+  chunk per call, per call and per byte; where Ray is present, ``plane_actor_call``, the round trip of a
+  call to a Ray ``PlaneActor`` (``PlaneCluster.set_policy_version``: no payload, no plane work), and
+  what calls cost the actor's process in CPU (every thread, less its idle burn:
+  :func:`conduit.runtime.proccpu.callee_cpu_per_call`): ``plane_actor_callee`` that control call,
+  ``plane_replay_draw`` / ``plane_replay_priorities`` a prioritized Replay table's ``next_batch`` of n
+  transition rows and its ``update_priorities`` of n ids, per call and per row, with the recovery
+  journal ``enable()`` deploys.
 
 :func:`topology_yaml` turns the measurements into an explicit-form topology with a header comment
 that states when, where and how each figure was measured.
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import itertools
 import json
 import logging
 import math
@@ -626,16 +632,90 @@ def _measure_plane_inprocess(plan: _Plan) -> list[Measurement]:
     return out
 
 
-def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> Measurement:
+#: a DQN transition row as the runtime's transition layout carries it (CartPole-sized: the per-row cost of a
+#: draw is its bookkeeping; a larger row's bytes are ``plane_deliver``'s copy bandwidth)
+_TRANSITION = {"obs": ((4,), "float32"), "new_obs": ((4,), "float32"), "actions": ((), "int64"),
+               "rewards": ((), "float32"), "terminateds": ((), "bool"), "truncateds": ((), "bool")}
+
+
+def _replay_calls(cluster: Any, rng: np.random.Generator) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A learner's two replay calls on ``cluster``: draw a batch, and update the priorities of the last one drawn."""
+    last = [cluster.next_batch("l", timeout=60).replay_ids]
+
+    def draw() -> None:
+        last[0] = cluster.next_batch("l", timeout=60).replay_ids
+
+    def update() -> None:
+        cluster.update_priorities("l", last[0], rng.uniform(0.1, 2.0, len(last[0])))
+
+    return draw, update
+
+
+def _measure_replay_actor(ray: Any, plan: _Plan) -> list[Measurement]:
+    """What a prioritized Replay table's two calls cost the plane actor's process, as ``enable()`` deploys
+    DQN's table (its recovery journal on, as with the default ``max_restarts``): ``PlaneCluster.next_batch``
+    of n transition rows (the draw, the copy of every column out, the reply: ``plane_replay_draw``) and
+    ``update_priorities`` of that batch's n ids (``plane_replay_priorities``), each the actor's CPU per call
+    (every thread, less its idle burn: :func:`conduit.runtime.proccpu.callee_cpu_per_call`), n = 16..256
+    rows. Sizes are rows, so a figure's "bandwidth" is rows per second."""
+    from conduit.contracts import Prioritized, Replay
+    from conduit.runtime.proccpu import callee_cpu_per_call
+    from conduit.runtime.ray_plane import PlaneCluster
+
+    sizes = [16, 64] if plan.quick else [16, 64, 256]
+    calls, blocks, idle = (20, 2, 0.1) if plan.quick else (100, 3, 0.5)
+    per_chunk = 8
+    rows = max(2048, 8 * max(sizes))
+    chunk = {k: np.zeros((per_chunk, *shape), dtype=dtype) for k, (shape, dtype) in _TRANSITION.items()}
+    rng = np.random.default_rng(0)
+    draw, prio = [], []
+    for n in sizes:
+        cluster = PlaneCluster.start(_TRANSITION, Replay(capacity=rows, replay_ratio=1.0, min_size=1, error_buffer=1e12,
+                                                         sampler=Prioritized()),
+                                     batch_steps=n, learners={"l": "local"}, capacities={"pageable": 64 * MiB},
+                                     actor_options={"num_cpus": 0}, max_restarts=3)
+        try:
+            for v in range(rows // per_chunk):
+                cluster.ingest(chunk, policy_version=v, timeout=60)
+            pid = int(ray.get(cluster.actor(cluster.nodes[0]).pid.remote(), timeout=60))
+            one_draw, one_update = _replay_calls(cluster, rng)
+            draw.append(callee_cpu_per_call(one_draw, pid, calls=calls, blocks=blocks, idle_s=idle))
+            prio.append(callee_cpu_per_call(one_update, pid, calls=calls, blocks=blocks, idle_s=idle))
+        finally:
+            with contextlib.suppress(Exception):
+                cluster.shutdown()
+    out = []
+    for name, medians, what in (
+            ("plane_replay_draw", draw, "PlaneCluster.next_batch of n rows (the draw, the copy out, the reply)"),
+            ("plane_replay_priorities", prio, "PlaneCluster.update_priorities of a batch's n ids")):
+        lat, bw, how = fit_latency_bandwidth(sizes, medians)
+        out.append(Measurement(name, bw, lat, calls * blocks * len(sizes),
+                               f"the PlaneActor process's CPU (every thread, schedstat) per {what}, less its idle "
+                               f"burn over the same wall time, on a prioritized Replay table of {rows} transition "
+                               f"rows in chunks of {per_chunk}, recovery journal on (max_restarts=3, enable()'s "
+                               f"default); median of {blocks} blocks of {calls} calls per size; rows "
+                               f"{sizes[0]}..{sizes[-1]} ({len(sizes)}): sizes are rows, bandwidth is rows/s; {how}",
+                               list(sizes), medians))
+    return out
+
+
+def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> list[Measurement]:
     """The round trip of one call to a Ray ``PlaneActor`` that does no plane work
-    (``PlaneCluster.set_policy_version``), on a local one-CPU Ray started for the purpose."""
-    name = "plane_actor_call"
+    (``PlaneCluster.set_policy_version``), on a local one-CPU Ray started for the purpose
+    (``plane_actor_call``), and what the same call costs the actor's process in CPU, every thread, less
+    its idle burn (``plane_actor_callee``; Linux ``/proc``)."""
+    name, callee_name = "plane_actor_call", "plane_actor_callee"
+    per_call = (callee_name, "plane_replay_draw", "plane_replay_priorities")  # the actor's CPU per call
     try:
         import ray
     except Exception as exc:  # noqa: BLE001 - any import failure means "no Ray here"
-        return _failed(name, f"ray is not importable ({type(exc).__name__}: {exc})")
+        reason = f"ray is not importable ({type(exc).__name__}: {exc})"
+        return [_failed(n, reason) for n in (name, *per_call)]
     from conduit.contracts import OnPolicy
+    from conduit.runtime.proccpu import callee_cpu_per_call
     from conduit.runtime.ray_plane import PlaneCluster
+
+    cpu_figures = [_failed(n, "needs Linux /proc/<pid>/task") for n in per_call]
 
     try:
         with _local_ray(ray, "rcalp-", 128 * MiB):
@@ -650,19 +730,34 @@ def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> Measurement:
                     cluster.set_policy_version(v)
                     if v >= 5:
                         times.append(time.perf_counter() - t0)
+                if os.path.isdir("/proc/self/task"):
+                    pid = int(ray.get(cluster.actor(cluster.nodes[0]).pid.remote(), timeout=60))
+                    version = itertools.count(reps + 5)
+                    calls, blocks = (40, 3) if plan.quick else (200, 5)
+                    cpu = callee_cpu_per_call(lambda: cluster.set_policy_version(next(version)), pid, calls=calls,
+                                              blocks=blocks, idle_s=0.1 if plan.quick else 0.5)
+                    callee = Measurement(callee_name, 1e18, cpu, calls * blocks,
+                                         f"the PlaneActor process's CPU (every thread, schedstat) per "
+                                         f"PlaneCluster.set_policy_version call it serves, less its idle burn over "
+                                         f"the same wall time; median of {blocks} blocks of {calls} calls; latency "
+                                         f"is CPU seconds per call, no per-byte term", [0], [cpu])
+                    cpu_figures = [callee]
             finally:  # before the Ray it runs on ends
                 with contextlib.suppress(Exception):
                     cluster.shutdown()
+            if os.path.isdir("/proc/self/task"):
+                cpu_figures.extend(_measure_replay_actor(ray, plan))
     except RayStartError as exc:  # record and go on
-        return _failed(name, str(exc))
+        return [_failed(n, str(exc)) for n in (name, *per_call)]
     except Exception as exc:  # noqa: BLE001 - record why
-        return _failed(name, f"{type(exc).__name__}: {exc}")
+        reason = f"{type(exc).__name__}: {exc}"
+        return [_failed(n, reason) for n in (name, *per_call)]
     lat = statistics.median(times)
     # a control call carries no payload: no per-byte term (a nominal, effectively infinite bandwidth)
-    return Measurement(name, 1e18, lat, reps,
-                       "PlaneCluster.set_policy_version on a local PlaneActor (a control call: no payload, "
-                       "no plane work), wall time, median; latency is the round trip, no per-byte term",
-                       [0], [lat])
+    return [Measurement(name, 1e18, lat, reps,
+                        "PlaneCluster.set_policy_version on a local PlaneActor (a control call: no payload, "
+                        "no plane work), wall time, median; latency is the round trip, no per-byte term",
+                        [0], [lat]), *cpu_figures]
 
 
 def measure_plane(quick: bool = False, ray: bool = True, progress: Progress | None = None) -> Measurements:
@@ -674,7 +769,8 @@ def measure_plane(quick: bool = False, ray: bool = True, progress: Progress | No
     for m in (_measure_memcpy(plan), *_measure_plane_inprocess(plan)):
         out[m.name] = _report(progress, m)
     if ray:
-        out["plane_actor_call"] = _report(progress, _measure_plane_actor(plan, out.host))
+        for m in _measure_plane_actor(plan, out.host):
+            out[m.name] = _report(progress, m)
     return out
 
 

@@ -55,10 +55,22 @@ fragment unless the policy's ``target_chunk_bytes`` was given), each a full stoc
 peeks what landed and runs the value pass while sampling goes on; at update start it takes delivery
 of the rest (a round trip). APPO/IMPALA: one chunk per sample call; the learner's prefetch thread
 fetches its next batch after an update (``delivery.py: Prefetcher``, one ahead). DQN: the learner's
-prefetch thread keeps :func:`deployed_prefetch_depth` replay batches fetched (the runtime's
-:func:`conduit.deploy_settings.prefetch_depth`: a given policy ``depth``, else enable()'s default for a
-uniform buffer, the simulator's replay table); for a local learner
-(``num_learners=0``) its calls share the driver's thread.
+prefetch thread keeps :func:`deployed_prefetch_depth` replay batches requested (the runtime's
+:func:`conduit.deploy_settings.prefetch_depth`: a given policy ``depth``, else enable()'s default, 2 for
+a uniform buffer and 1 for a prioritized one, ``Workload.prioritized_replay``), one more at each update's
+end; a draw is the actor's ``PlaneCosts.replay_draw`` of the batch's rows (measured on a prioritized
+table, and charged for a uniform one too: an upper bound, by the sampler's sum tree). With a prioritized table each update's end
+sends its TD errors to the plane (``update_priorities_async``: its submission on the learner's thread,
+the actor's ``PlaneCosts.priorities``), and the next draw waits until they have landed
+(``learner.py: _cd_draw``). For a local learner (``num_learners=0``) these calls share the driver's
+thread.
+
+**Ray's side of a plane call.** Every call a plane actor serves costs its core Ray's side of the call
+(the dispatch, the arguments, the reply) besides the plane's own work, as every stock ``sample()`` call
+costs its EnvRunner ``StockCosts.rpc_callee_cpu``; both sides add it on top of the measured round trip
+the same way. Ingest and batch deliveries add ``PlaneCosts.actor_callee_cpu`` to the plane's in-process
+work; a replay draw and a priority update are measured as whole calls on the actor
+(``PlaneCosts.replay_draw``, ``PlaneCosts.priorities``).
 
 **Sampling costs CPU.** A sample call holds its EnvRunner's thread and a core of its node for its
 duration, so the sender's packing and puts delay sampling, and the plane actor's copies compete with
@@ -119,14 +131,14 @@ def deployed_stream_pieces(workload: Any, policy: Any) -> int:
     return max(1, math.ceil(fragment / chunk))
 
 
-def deployed_prefetch_depth(policy: Any) -> int:
-    """Replay batches a deployed learner's prefetch thread keeps fetched:
-    :func:`conduit.deploy_settings.prefetch_depth` for the simulator's (uniform) replay table, with the
-    policy's ``depth`` when given."""
+def deployed_prefetch_depth(policy: Any, workload: Any = None) -> int:
+    """Replay batches a deployed learner's prefetch thread keeps requested:
+    :func:`conduit.deploy_settings.prefetch_depth` for the workload's replay table (uniform unless
+    ``workload.prioritized_replay``), with the policy's ``depth`` when given."""
     from conduit.deploy_settings import policy_depth, prefetch_depth
 
     depth = policy_depth(getattr(policy, "params", {}) or {}, getattr(policy, "given", frozenset()))
-    return prefetch_depth("replay", prioritized=False, depth=depth)
+    return prefetch_depth("replay", prioritized=bool(getattr(workload, "prioritized_replay", False)), depth=depth)
 
 
 class DeployedRoute:
@@ -148,14 +160,20 @@ class DeployedRoute:
         self.learner_thread = {lr.id: (driver if self.workload.local_learner else lane(lr.node))
                                for lr in self.layout.learners}
         #: plane calls by kind (``ingest``, ``peek``, ``next_batch``), countable by tests and studies
-        self.plane_calls: dict[str, int] = {"ingest": 0, "peek": 0, "next_batch": 0}
+        self.plane_calls: dict[str, int] = {"ingest": 0, "peek": 0, "next_batch": 0, "update_priorities": 0}
         # APPO: sample results the driver handled, update calls that reached each learner
         self._deployed_results = 0
         self._deployed_calls = {lr.id: 0 for lr in self.layout.learners}
         self._deployed_fresh = {lr.id: 0 for lr in self.layout.learners}
-        # DQN: each runner's sample calls (which learner's table), prefetch queue hand-offs
+        # DQN: each runner's sample calls (which learner's table); per learner, the prefetch thread's requests
+        # (Prefetcher.request: one per update end, ``depth`` at the start) and the priority updates sent
+        # that the next draw waits for
         self._deployed_seq: dict[str, int] = {}
-        self._deployed_taken = {lr.id: env.event() for lr in self.layout.learners}
+        self._deployed_requests = {lr.id: simpy.Store(env) for lr in self.layout.learners}
+        self._deployed_priorities: dict[str, list] = {lr.id: [] for lr in self.layout.learners}
+        #: per learner, when each replay draw began and when each priority update landed (checkable order)
+        self.replay_draw_times: dict[str, list[float]] = {lr.id: [] for lr in self.layout.learners}
+        self.priorities_landed: dict[str, list[float]] = {lr.id: [] for lr in self.layout.learners}
         # PPO: each runner's current fragment time, drawn once per fragment and shared by its pieces
         self._fragment_left: dict[str, list] = {}
 
@@ -237,7 +255,7 @@ class DeployedRoute:
             work += s.put_per_call + nbytes / s.serialize_bandwidth
         half = self._half_trip
         sender = [(self.runner_thread[runner.id], work), (None, half)]
-        actor = [(self.plane_actor[lr.node], p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
+        actor = [(self.plane_actor[lr.node], p.actor_callee_cpu + p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
                   + (s.get_per_object if via_store else 0.0)), (None, half)]
         if before_place is None:
             yield from self._place(lr, group, nbytes)
@@ -261,12 +279,17 @@ class DeployedRoute:
             if not self.place_now(chunk.id, tier):
                 yield from self.place_in(chunk.id, tier)
 
-    def _deliver_stages(self, lr: LearnerRole, nbytes: float) -> list:
-        """A delivery call (``next_batch`` or ``peek``) returning ``nbytes`` of rows, as pipeline stages."""
+    def _deliver_stages(self, lr: LearnerRole, nbytes: float, draw_rows: int | None = None) -> list:
+        """A delivery call (``next_batch`` or ``peek``) returning ``nbytes`` of rows, as pipeline stages.
+        ``draw_rows``: a Replay draw of that many rows (``PlaneCosts.replay_draw``) instead of handing out
+        an assembled batch (``deliver_per_call``); the rows' bytes are copied out either way."""
         p, s = self.plane, self.stock
         half = self._half_trip
         via_store = nbytes >= p.return_inline_bytes
-        work = p.deliver_per_call + nbytes / p.deliver_copy_bandwidth
+        # a replay draw is measured as the whole call on the actor (Ray's side included); a batch hand-out
+        # in process, so Ray's side is added
+        own = p.actor_callee_cpu + p.deliver_per_call if draw_rows is None else p.replay_draw(draw_rows)
+        work = own + nbytes / p.deliver_copy_bandwidth
         if via_store:
             work += s.put_per_call + nbytes / s.serialize_bandwidth
         learner = self.learner_thread[lr.id]
@@ -275,10 +298,11 @@ class DeployedRoute:
             stages.append((learner, s.get_per_object))
         return stages
 
-    def deployed_deliver(self, lr: LearnerRole, nbytes: float, kind: str = "next_batch", then: float = 0.0) -> Generator:
+    def deployed_deliver(self, lr: LearnerRole, nbytes: float, kind: str = "next_batch", then: float = 0.0,
+                         draw_rows: int | None = None) -> Generator:
         """One delivery call returning ``nbytes`` of rows to the learner (then ``then`` seconds of the
-        learner's own work on them)."""
-        stages = self._deliver_stages(lr, nbytes)
+        learner's own work on them); ``draw_rows``: a Replay draw (:meth:`_deliver_stages`)."""
+        stages = self._deliver_stages(lr, nbytes, draw_rows)
         if then > 0:
             stages.append((self.learner_thread[lr.id], then))
         yield from self._pipeline(stages)
@@ -556,9 +580,29 @@ class DeployedRoute:
                 ready = self.env.now
                 self.rec.span(update, "b", t_b, ready)
                 yield from self.dqn_update(update, learners, t_free, last_created, ready)
+                yield simpy.AllOf(self.env, [self.env.process(self._deployed_dqn_update_end(lr)) for lr in learners])
                 update += 1
             yield from self.dqn_weight_sync(it, update)
         self._stop = True
+
+    def _deployed_dqn_update_end(self, lr: LearnerRole) -> Generator:
+        """The end of the learner's ``update()`` (``learner.py: ConduitLearnerMixin.update``): with a
+        prioritized table, the update's TD errors go to the plane (``update_priorities_async``: the call's
+        submission on the learner's thread, then the call runs on its own); then the prefetch thread is asked
+        for one more batch (``Prefetcher.request``)."""
+        if self.workload.prioritized_replay:
+            yield from self.on_learner(lr, self.stock.rpc_driver_cpu)
+            self._deployed_priorities[lr.id].append(self.env.process(self._deployed_priority_call(lr)))
+        yield self._deployed_requests[lr.id].put(True)
+
+    def _deployed_priority_call(self, lr: LearnerRole) -> Generator:
+        """``PlaneActor.update_priorities`` of one batch's ids: the trip there, the actor's work, the reply."""
+        p, half = self.plane, self._half_trip
+        rows = self.workload.batch_size
+        yield from self._pipeline([(None, half), (self.plane_actor[lr.node], p.priorities(rows)),
+                                   (None, half)])
+        self.plane_calls["update_priorities"] += 1
+        self.priorities_landed[lr.id].append(self.env.now)
 
     def _deployed_dqn_sample(self, runner: RunnerRole, outbox: simpy.Store) -> Generator:
         """One ``sample()``: the stock sampler, then the steps go into the sender's queue (full: wait)."""
@@ -618,32 +662,37 @@ class DeployedRoute:
         self._replay_notify(lr.id)
 
     def _deployed_dqn_prefetcher(self, lr: LearnerRole, fetched: simpy.Store) -> Generator:
-        """``delivery.py: Prefetcher``: keeps ``prefetch_depth`` replay batches drawn and fetched."""
+        """``delivery.py: Prefetcher``: ``depth`` fetches requested at the start, one more at each update's
+        end. A fetch (``learner.py: _cd_draw``) first waits until every priority update sent so far has
+        landed (a prioritized table), then draws from the plane (``PlaneActor.next_batch``)."""
         w = self.workload
-        depth = max(1, deployed_prefetch_depth(self.policy))
+        depth = max(1, deployed_prefetch_depth(self.policy, w))
+        requests = self._deployed_requests[lr.id]
+        for _ in range(depth):
+            requests.put(True)
         for k in range(self.iterations):
-            while len(fetched.items) >= depth:
-                yield self._deployed_taken[lr.id]
+            yield requests.get()
+            sent, self._deployed_priorities[lr.id] = self._deployed_priorities[lr.id], []
+            if sent:
+                yield simpy.AllOf(self.env, sent)
             while not self._replay[lr.id]:
                 yield self._table_changed[lr.id]
             yield from self._limiter.sample(w.batch_size)
             newest = self._chunks[self._replay[lr.id][-1]].t_created
             selections = self._replay_sample(self._replay[lr.id], w.batch_size)
             self.auditor.delivered(k, selections, self.env.now)
-            yield from self.deployed_deliver(lr, w.batch_size * w.bytes_per_step)
+            self.replay_draw_times[lr.id].append(self.env.now)
+            yield from self.deployed_deliver(lr, w.batch_size * w.bytes_per_step, draw_rows=w.batch_size)
             yield fetched.put((selections, newest))
 
     def _deployed_dqn_batch(self, lr: LearnerRole, fetched: simpy.Store, update: int) -> Generator:
-        """The learner's ``update()``: take the prefetched batch (waiting if it is not there yet), let
-        the prefetcher draw the next, then to-tensor and the pageable copy (no connector pass:
-        ``DirectReplay``)."""
+        """The learner's ``update()``: take the prefetched batch (waiting if it is not there yet), then
+        to-tensor and the pageable copy (no connector pass: ``DirectReplay``)."""
         w = self.workload
         if not w.local_learner:
             s = self.stock
             yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
         selections, newest = yield fetched.get()
-        event, self._deployed_taken[lr.id] = self._deployed_taken[lr.id], self.env.event()
-        event.succeed()
         yield from self.build_at_update_start(lr, w.batch_size, w.batch_size * w.bytes_per_step, connector=False)
         for cid, _ in selections:
             trace = self.rec.chunks[cid]

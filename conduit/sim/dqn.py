@@ -14,8 +14,9 @@ Stock RLlib 2.60 (``ray/rllib/algorithms/dqn/dqn.py: DQN._training_step_new_api_
    learners (``TrainingData.shard`` -> ``ShardEpisodesIterator``) and sends each shard as an actor
    call argument (pickled in the driver, round trips overlapping; *b*); the learner's connector
    (*c*, stacking ``frame_stack`` frames) and a pageable copy (*d*) run before each update.
-   After each update, ``update_priorities_in_episode_replay_buffer`` (a prioritized buffer, DQN's
-   default; ``StockCosts.buffer_update_priorities``).
+   After each update, with a prioritized buffer (``Workload.prioritized_replay``; RLlib's
+   ``PrioritizedEpisodeReplayBuffer`` is DQN's default), ``update_priorities_in_episode_replay_buffer``
+   (``StockCosts.buffer_update_priorities``).
 4. Weights are synced to the runners after the round's updates (``EnvRunnerGroup.sync_weights``): the
    driver's work, and one ``set_state`` call per EnvRunner that it does not wait for; each runner serves
    it before its next ``sample()`` (:meth:`DqnLoop.dqn_weight_sync`).
@@ -133,10 +134,10 @@ class DqnLoop:
                         if math.isnan(self.rec.chunks[cid].t_ready):
                             self.rec.chunks[cid].t_ready = ready
                 yield from self.dqn_update(update, learners, t_free, last_created, ready)
-                # update_priorities_in_episode_replay_buffer with the update's TD errors (dqn.py, after update)
-                t_prio = self.env.now
-                yield from self.on_driver(s.buffer_update_priorities(w.batch_size * len(learners)))
-                self.rec.span(update, "buffer_update_prios", t_prio, self.env.now)
+                if w.prioritized_replay:  # update_priorities_in_episode_replay_buffer (dqn.py, after update)
+                    t_prio = self.env.now
+                    yield from self.on_driver(s.buffer_update_priorities(w.batch_size * len(learners)))
+                    self.rec.span(update, "buffer_update_prios", t_prio, self.env.now)
                 update += 1
             yield from self.dqn_weight_sync(it, update)
 

@@ -30,7 +30,8 @@ the shared machine do not inflate them). The parameter -> field of that file:
   ``buffer_sample_per_item_s`` (149 us) and ``buffer_sample_per_call`` = ``buffer_sample_s`` less 32
   items (0.51 ms): ``EpisodeReplayBuffer.sample(num_items=n)`` builds one episode per item.
 * ``buffer_update_priorities_per_call``/``_per_item`` (0 here: the uniform buffer has no priorities):
-  ``update_priorities_in_episode_replay_buffer`` on a ``PrioritizedEpisodeReplayBuffer``, DQN's default.
+  ``update_priorities_in_episode_replay_buffer`` on a ``PrioritizedEpisodeReplayBuffer``, DQN's default,
+  charged only for a workload with ``prioritized_replay: true``.
   ``studies/validation.py`` takes these and the buffer's add/sample costs from the workload's own
   buffer (``conduit calibrate``'s ``replay_*`` primitives, :func:`conduit.runtime.calibrate.measure_learner`).
 
@@ -181,6 +182,12 @@ PLANE_SOURCES: dict[str, tuple[str, str]] = {
     "deliver_per_call": ("plane_deliver", "latency: in-process ExperiencePlane.next_batch + release, per call"),
     "deliver_copy_bandwidth": ("plane_deliver", "bandwidth: in-process next_batch's copy out, per byte"),
     "pack_bandwidth": ("memcpy", "bandwidth: one-thread numpy copy (an EnvRunner packing its columns)"),
+    "actor_callee_cpu": ("plane_actor_callee", "latency: a PlaneActor process's CPU per control call it serves"),
+    "replay_draw_per_call": ("plane_replay_draw", ("latency: a PlaneActor process's CPU per prioritized Replay "
+                                                  "next_batch call")),
+    "replay_draw_rows_per_s": ("plane_replay_draw", "bandwidth: the same, rows per second"),
+    "priorities_per_call": ("plane_replay_priorities", "latency: a PlaneActor process's CPU per update_priorities call"),
+    "priorities_rows_per_s": ("plane_replay_priorities", "bandwidth: the same, rows per second"),
 }
 
 
@@ -203,6 +210,14 @@ class PlaneCosts:
     size and the prefetch depth are not restated: the simulator calls the functions the runtime uses
     (:mod:`conduit.deploy_settings`).
 
+    ``actor_callee_cpu`` is Ray's side of every call a plane actor serves (the task's dispatch, the
+    arguments' deserialisation, the reply's serialisation), on the actor's own core; the in-process
+    ``ingest_*``/``deliver_*`` figures do not contain it. ``replay_draw_*`` and ``priorities_*`` are
+    whole calls as the actor's process pays them, Ray's side included: a prioritized Replay table's
+    ``next_batch`` of n rows and its ``update_priorities`` of n ids (DQN under ``enable()``), per call
+    and per row, on CartPole-sized rows; a larger row's bytes are copied out at
+    ``deliver_copy_bandwidth`` besides.
+
     ``device_sample_per_call`` is the design target's on-device replay gather (``conduit-target``
     only; the deployed runtime has no device tier under ``enable()``): an assumption, not measured.
     """
@@ -221,6 +236,11 @@ class PlaneCosts:
     max_in_flight: int = 16
     return_inline_bytes: float = 100 * 1024
     device_sample_per_call: float = 50e-6
+    actor_callee_cpu: float = 486.9e-6
+    replay_draw_per_call: float = 1.617e-3
+    replay_draw_rows_per_s: float = 162.4e3
+    priorities_per_call: float = 864.3e-6
+    priorities_rows_per_s: float = 786.2e3
 
     def scaled(self, factor: float) -> PlaneCosts:
         """Every measured cost multiplied by ``factor`` (times up, bandwidths down); settings kept.
@@ -233,4 +253,17 @@ class PlaneCosts:
                        deliver_per_call=self.deliver_per_call * factor,
                        ingest_copy_bandwidth=self.ingest_copy_bandwidth / factor if factor else inf,
                        deliver_copy_bandwidth=self.deliver_copy_bandwidth / factor if factor else inf,
-                       pack_bandwidth=self.pack_bandwidth / factor if factor else inf)
+                       pack_bandwidth=self.pack_bandwidth / factor if factor else inf,
+                       actor_callee_cpu=self.actor_callee_cpu * factor,
+                       replay_draw_per_call=self.replay_draw_per_call * factor,
+                       replay_draw_rows_per_s=self.replay_draw_rows_per_s / factor if factor else inf,
+                       priorities_per_call=self.priorities_per_call * factor,
+                       priorities_rows_per_s=self.priorities_rows_per_s / factor if factor else inf)
+
+    def replay_draw(self, rows: float) -> float:
+        """The plane actor's CPU for one prioritized draw call of ``rows`` rows, Ray's side included."""
+        return self.replay_draw_per_call + rows / self.replay_draw_rows_per_s
+
+    def priorities(self, rows: float) -> float:
+        """The plane actor's CPU for one priority update call of ``rows`` ids, Ray's side included."""
+        return self.priorities_per_call + rows / self.priorities_rows_per_s

@@ -59,6 +59,10 @@ class WorkloadError(ConduitError):
         self.source, self.field = source, field
 
 
+#: the workload's true/false fields
+_FLAGS = ("local_learner", "prioritized_replay")
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -100,6 +104,7 @@ class Workload:
     min_size: int = 1_000
     batch_size: int = 32
     steps_per_train: int = 1
+    prioritized_replay: bool = False
 
     # -- derived -----------------------------------------------------------------------
     @property
@@ -134,11 +139,12 @@ class Workload:
             raise WorkloadError(source, "name", f"must be a non-empty string, got {shown(self.name)}")
         if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
             raise WorkloadError(source, "algorithm", f"must be one of {', '.join(ALGORITHMS)}, got {shown(self.algorithm)}")
-        if not isinstance(self.local_learner, bool):
-            raise WorkloadError(source, "local_learner", f"must be true or false, got {shown(self.local_learner)}")
+        for flag in _FLAGS:
+            if not isinstance(getattr(self, flag), bool):
+                raise WorkloadError(source, flag, f"must be true or false, got {shown(getattr(self, flag))}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("name", "algorithm", "local_learner") or value is None:
+            if f.name in ("name", "algorithm", *_FLAGS) or value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise WorkloadError(source, f.name, f"must be a number, got {shown(value)}")

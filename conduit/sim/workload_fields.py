@@ -84,6 +84,10 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
     "batch_size": ("samples", "DQN: samples per learner update"),
     "steps_per_train": ("samples", ("kept for YAML compatibility; the simulator does not read it "
                         "(`replay_ratio` sets the training rate)")),
+    "prioritized_replay": ("true / false", ("DQN: the buffer is prioritized (RLlib's `PrioritizedEpisodeReplayBuffer`, "
+                           "DQN's default): stock updates priorities after each update; `enable()` deploys a "
+                           "prioritized plane table, fetches one batch ahead and sends each update's TD errors "
+                           "to the plane before the next draw")),
 }
 
 #: derived quantities ``conduit workload show`` prints, with their unit

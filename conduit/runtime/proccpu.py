@@ -1,0 +1,73 @@
+"""A process's CPU time as Linux accounts it, and what one call costs the process that serves it.
+
+A Ray call costs its callee CPU that no timer in the caller sees: the task's dispatch, the
+arguments' deserialisation, the result's serialisation, on the callee's own threads. The simulator
+charges that work to the callee's core (``StockCosts.rpc_callee_cpu`` for an EnvRunner,
+``PlaneCosts.actor_callee_cpu`` for a plane actor), so it is measured here from outside: the
+callee's CPU seconds, summed over every thread from ``/proc/<pid>/task/<tid>/schedstat``
+(nanoseconds on a CPU, and waiting for one), over a block of calls, less what the same process
+burns idle over the same wall time (Ray's workers poll and heartbeat whether called or not).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return None
+
+
+def thread_times(pid: int) -> tuple[float, float] | None:
+    """Seconds the threads of ``pid`` have spent on a CPU and waiting for one, summed (``schedstat``'s
+    first two fields, nanoseconds, per ``/proc/<pid>/task/<tid>``); None once the process is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    run = wait = 0
+    for tid in tids:
+        ss = _read(f"/proc/{pid}/task/{tid}/schedstat")
+        if ss:
+            fields = ss.split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run / 1e9, wait / 1e9
+
+
+def process_cpu_s(pid: int) -> float:
+    """Seconds every thread of ``pid`` has spent on a CPU (:func:`thread_times`); an error naming the pid once
+    the process is gone (a difference against a gone process would measure nothing)."""
+    times = thread_times(pid)
+    if times is None:
+        raise RuntimeError(f"process {pid} is gone: its CPU time cannot be read")
+    return times[0]
+
+
+def callee_cpu_per_call(call: Callable[[], Any], pid: int, calls: int = 200, blocks: int = 5,
+                        idle_s: float = 0.5) -> float:
+    """The callee process ``pid``'s CPU seconds per ``call()`` (one synchronous call it serves).
+
+    Per block: the process's CPU (every thread) over ``idle_s`` of nothing, then over ``calls`` back-to-back
+    calls; the block's figure is the calls' CPU less the idle rate times their wall time, per call. The
+    median over ``blocks``."""
+    if calls < 1 or blocks < 1:
+        raise ValueError(f"callee_cpu_per_call: calls and blocks must be >= 1, got {calls} and {blocks}")
+    per_block = []
+    for _ in range(blocks):
+        c0, t0 = process_cpu_s(pid), time.perf_counter()
+        time.sleep(idle_s)
+        c1, t1 = process_cpu_s(pid), time.perf_counter()
+        idle_rate = (c1 - c0) / (t1 - t0)
+        for _ in range(calls):
+            call()
+        c2, t2 = process_cpu_s(pid), time.perf_counter()
+        per_block.append(max(0.0, (c2 - c1) - idle_rate * (t2 - t1)) / calls)
+    return statistics.median(per_block)
