@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from conduit.runtime.proccpu import thread_times
+from conduit.runtime.proccpu import thread_times, threads_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,8 @@ def snapshot(root: int) -> dict[int, dict]:
         times = thread_times(pid)
         if cmd is None or times is None:
             continue
-        out[pid] = {"cmd": cmd.replace("\0", " ").strip(), "run_s": times[0], "wait_s": times[1]}
+        out[pid] = {"cmd": cmd.replace("\0", " ").strip(), "run_s": times[0], "wait_s": times[1],
+                    "threads": threads_cpu(pid)}
     return out
 
 
@@ -103,7 +104,16 @@ def cores_between(a: dict[int, dict], b: dict[int, dict], seconds: float) -> lis
         if start is None:
             continue
         rows.append({"pid": pid, "role": role_of(end["cmd"]), "on_cpu": (end["run_s"] - start["run_s"]) / seconds,
-                     "waiting": (end["wait_s"] - start["wait_s"]) / seconds})
+                     "waiting": (end["wait_s"] - start["wait_s"]) / seconds,
+                     "threads": busiest_threads(start.get("threads", {}), end.get("threads", {}), seconds)})
+    return sorted(rows, key=lambda r: -r["on_cpu"])
+
+
+def busiest_threads(a: dict[int, tuple[str, float]], b: dict[int, tuple[str, float]], seconds: float,
+                    least: float = 0.01) -> list[dict]:
+    """The threads alive at both snapshots that held at least ``least`` cores in between: tid, name, cores."""
+    rows = [{"tid": tid, "name": name, "on_cpu": (run - a[tid][1]) / seconds}
+            for tid, (name, run) in b.items() if tid in a and (run - a[tid][1]) / seconds >= least]
     return sorted(rows, key=lambda r: -r["on_cpu"])
 
 
@@ -182,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_arguments(p, "appo-cartpole-2r-1l", 16, "/tmp/run_cpu_breakdown")
     p.add_argument("--repeat", type=int, default=3, help="runs, back to back")
+    p.add_argument("--threads", action="store_true", help="also each process's busiest threads (>= 0.01 cores)")
     args = p.parse_args(argv)
     check_run_arguments(p, args)
     if args.repeat < 1:
@@ -197,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         for q in r["processes"]:
             if q["on_cpu"] + q["waiting"] >= 0.005:
                 print(f"    {q['role']:<12} pid {q['pid']:<7} {q['on_cpu']:.3f} cores on a CPU, {q['waiting']:.3f} waiting")
+                if args.threads:
+                    for t in q["threads"]:
+                        print(f"        thread {t['tid']:<7} {t['name']:<16} {t['on_cpu']:.3f} cores")
     its = [r["iteration_ms"] for r in runs]
     print(f"{args.workload} [{args.side}] iteration_ms over {len(its)} runs: median {statistics.median(its):.0f}, "
           f"min {min(its):.0f}, max {max(its):.0f}, max/min {max(its) / min(its):.2f}")

@@ -74,3 +74,13 @@ def test_callee_cpu_of_a_gone_process_is_an_error():
 def test_callee_cpu_needs_a_call_and_a_block():
     with pytest.raises(ValueError, match="calls and blocks"):
         proccpu.callee_cpu_per_call(lambda: None, os.getpid(), calls=0)
+
+
+def test_threads_cpu_names_each_thread_and_is_empty_for_a_gone_process():
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert proccpu.threads_cpu(gone.pid) == {}
+    mine = proccpu.threads_cpu(os.getpid())
+    name, run = mine[os.getpid()]  # the main thread's tid is the pid
+    assert name and run > 0
+    assert sum(r for _, r in mine.values()) <= proccpu.process_cpu_s(os.getpid()) + 1e-3

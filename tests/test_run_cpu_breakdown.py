@@ -91,3 +91,12 @@ def test_a_failing_run_names_its_log(tmp_path):
     with pytest.raises(SystemExit, match="study.log"):
         rcb.one_run("no-such-workload", "stock", 4, tmp_path, timeout_s=120)
     assert (tmp_path / "study.log").exists()
+
+
+def test_busiest_threads_are_the_ones_alive_at_both_snapshots_above_the_floor():
+    a = {1: ("main", 1.0), 2: ("omp", 0.5), 3: ("io", 0.0), 4: ("gone", 0.0)}
+    b = {1: ("main", 1.5), 2: ("omp", 0.502), 3: ("io", 0.2), 5: ("new", 9.0)}
+    rows = rcb.busiest_threads(a, b, 1.0)
+    assert [(r["tid"], r["name"]) for r in rows] == [(1, "main"), (3, "io")]  # busiest first, omp below 0.01
+    assert rows[0]["on_cpu"] == pytest.approx(0.5)
+

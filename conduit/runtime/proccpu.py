@@ -42,6 +42,22 @@ def thread_times(pid: int) -> tuple[float, float] | None:
     return run / 1e9, wait / 1e9
 
 
+def threads_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Per thread of ``pid``: its name (``comm``: Python threads keep the process's name unless the
+    library names them, torch's OpenMP team and Ray's C++ threads have their own) and the seconds it has
+    spent on a CPU (``schedstat``); empty once the process is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        ss, name = _read(f"/proc/{pid}/task/{tid}/schedstat"), _read(f"/proc/{pid}/task/{tid}/comm")
+        if ss and name is not None:
+            out[int(tid)] = (name.strip(), int(ss.split()[0]) / 1e9)
+    return out
+
+
 def process_cpu_s(pid: int) -> float:
     """Seconds every thread of ``pid`` has spent on a CPU (:func:`thread_times`); an error naming the pid once
     the process is gone (a difference against a gone process would measure nothing)."""
