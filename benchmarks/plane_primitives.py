@@ -32,7 +32,8 @@ def merged(old: dict, new: dict, names: list[str]) -> dict:
     out["measurements"] = {**old.get("measurements", {}), **{n: new["measurements"][n] for n in names}}
     host = new.get("host", {})
     note = (f"{', '.join(names)}: measured {host.get('date', datetime.datetime.now(datetime.UTC).isoformat())} on "
-            f"{host.get('hostname', '?')} ({host.get('cores', '?')} cores) by benchmarks/plane_primitives.py --merge; "
+            f"{host.get('hostname', '?')} ({host.get('cpu_model', '?')}, {host.get('cores', '?')} cores) by "
+            f"benchmarks/plane_primitives.py --merge; "
             f"the other measurements are the host's above")
     out["notes"] = [*old.get("notes", []), note]
     return out

@@ -284,7 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    out: dict = {"host": platform.node(), "cpus": os.cpu_count(), "ray": ray.__version__, "when": when}
+    from conduit.runtime.calibrate import host_facts
+
+    cpu_model = host_facts().get("cpu_model", "?")  # a VM may move between hosts from one day to the next
+    out: dict = {"host": platform.node(), "cpu_model": cpu_model, "cpus": os.cpu_count(), "ray": ray.__version__,
+                 "when": when}
     if "pickle" in args.sections:  # pickling of episodes (no Ray): per-episode object overhead
         out.update(_pickle_primitives(args.repeats))
     if "buffer" in args.sections:
@@ -301,9 +305,10 @@ def main(argv: list[str] | None = None) -> int:
                 ray.shutdown()
     if previous:
         merged = dict(previous)
-        merged.update({k: v for k, v in out.items() if k not in ("host", "cpus", "ray", "when")})
+        merged.update({k: v for k, v in out.items() if k not in ("host", "cpu_model", "cpus", "ray", "when")})
         for section in sorted(args.sections):
             merged[f"{section}_when"] = when
+            merged[f"{section}_cpu_model"] = cpu_model
         out = merged
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -10,8 +10,10 @@
    update and value pass per sample, weight get/set: :func:`conduit.runtime.calibrate.measure_workload_primitives`),
    written to ``OUT/calibration.json``; or read from ``--calibration FILE`` (then the prediction is a
    pure function of that file and the code: rerun it with the same file and it prints the same numbers).
-   ``StockCosts`` come from ``benchmarks/stock_primitives.2core-vm.json`` (:func:`stock_costs_from_primitives`,
-   the field mapping of :data:`conduit.sim.params.STOCK_SOURCES`). No end-to-end figure feeds any parameter,
+   ``StockCosts`` come from ``--stock-primitives`` (default ``benchmarks/stock_primitives.2core-vm.json``;
+   :func:`stock_costs_from_primitives`, the field mapping of :data:`conduit.sim.params.STOCK_SOURCES`) and
+   ``PlaneCosts`` from ``--plane-primitives`` (default the built-in ones): a VM can move between hosts, so
+   measure both on the calibration's host (``benchmarks/stock_primitives.py``, ``benchmarks/plane_primitives.py``). No end-to-end figure feeds any parameter,
    and the ``ref-*`` presets (which copy measured segments: in-sample) are not used.
 2. **Predict**: each workload of ``studies/rllib_experience_path.py`` (imported, not restated: its
    :data:`WORKLOADS` build the RLlib configs, and :func:`sim_workload` reads the simulator's workload off
@@ -95,6 +97,7 @@ from pathlib import Path
 from typing import Any
 
 from conduit.runtime import hostspeed
+from conduit.sim.params import PLANE_PRIMITIVES_FILE
 from conduit.studies import load_script
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -284,6 +287,12 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     if learners == 0 and team is not None:  # the local learner's extra torch threads (measure_torch_team)
         fields.update(learner_threads=int(team["extra"]["torch_threads"]), learner_spin_s=float(team["latency"]),
                       learner_thread_share=min(1.0, float(team["extra"]["update_share"])))
+        if algo == "dqn":  # every round's weight sync sets the local EnvRunner's weights: a region of the team
+            if "sync_spin_s" not in team["extra"]:
+                raise SystemExit(f"calibration: torch_team primitive of {name} has no sync_spin_s (measured before "
+                                 f"the spin after a weight sync was); add it with studies/validation.py "
+                                 f"--calibration FILE --add-learner-primitives --only torch_team --out DIR")
+            fields.update(sync_spin_s=float(team["extra"]["sync_spin_s"]))
     return Workload(**fields).validate(f"studies/validation.py: {name}")
 
 
@@ -519,16 +528,17 @@ def build_workloads(configs: Mapping[str, Any], calibration: Mapping[str, Any], 
 # Predict
 # ------------------------------------------------------------------------------------------------
 def predict(workloads: Mapping[str, Any], topology: Any, stock: Any, sides: Sequence[str],
-            stocks: Mapping[str, Any] | None = None) -> dict[tuple[str, str], dict]:
+            stocks: Mapping[str, Any] | None = None, plane: Any = None) -> dict[tuple[str, str], dict]:
     """``{(workload, side): {metric: value}}`` from one seeded simulation per workload and side
-    (``stocks``: a workload's own :class:`StockCosts`, else ``stock``)."""
+    (``stocks``: a workload's own :class:`StockCosts`, else ``stock``; ``plane``: a plane-primitives file,
+    None for the built-in :class:`~conduit.sim.params.PlaneCosts`)."""
     from conduit.sim.run import simulate
 
     out = {}
     for name, wl in workloads.items():
         for side in sides:
             result = simulate(topology, wl, SIM_POLICY[side], iterations=SIM_ITERATIONS[wl.algorithm], seed=SIM_SEED,
-                              stock_costs=(stocks or {}).get(name, stock))
+                              stock_costs=(stocks or {}).get(name, stock), plane_costs=plane)
             m = result.metrics
             out[(name, side)] = {k: float(m[k]) for k in METRICS}
             out[(name, side)]["violations"] = int(result.audit.violations) if hasattr(result.audit, "violations") \
@@ -665,7 +675,7 @@ def failed_rechecks(rechecks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
 def rechecked_predictions(configs: Mapping[str, Any], calibration: Mapping[str, Any],
                           rechecks: Sequence[Mapping[str, Any]], topology: Any, stock: Any,
-                          clock: str = "cpu") -> dict[tuple[str, str], dict]:
+                          clock: str = "cpu", plane: Any = None) -> dict[tuple[str, str], dict]:
     """:func:`predict` for each re-timed (workload, side), from the calibration with that run's re-timed
     EnvRunner sweep in place of the calibration's (with several runs, the run whose re-timed sweep is the
     median of that workload and side's, :func:`median_rechecks`); every other primitive as calibrated."""
@@ -677,7 +687,7 @@ def rechecked_predictions(configs: Mapping[str, Any], calibration: Mapping[str, 
         key = _recheck_key(configs, name)
         swapped = {**calibration, "workload": {**calibration.get("workload", {}), f"env_runner:{key}": r["entry"]}}
         workloads, stocks = build_workloads({name: configs[name]}, swapped, stock, clock)
-        out.update(predict(workloads, topology, stock, [side], stocks))
+        out.update(predict(workloads, topology, stock, [side], stocks, plane))
     return out
 
 
@@ -860,6 +870,7 @@ def markdown(report: Mapping[str, Any]) -> str:
              f"Machine: {report['machine']}; load average during the real runs: {report['load']}.",
              (f"Calibration: {report['calibration_source']} (workload primitives in {report['clock']} time); "
               f"stock costs: {report['stock_costs_source']}; "
+              f"plane costs: {report.get('plane_costs_source', 'built-in')}; "
               f"topology: {report['topology']}; simulator seed {SIM_SEED}."), "",
              _host_speed_line(report.get("host_speed") or {}), "",
              "| workload | side | metric | predicted | measured | error |", "|---|---|---|---:|---:|---:|"]
@@ -969,6 +980,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calibration", type=Path, help="calibration JSON to use (default: measure, write OUT/calibration.json)")
     p.add_argument("--stock-primitives", type=Path, default=DEFAULT_PRIMITIVES,
                    help="benchmarks/stock_primitives.py output for StockCosts")
+    p.add_argument("--plane-primitives", type=Path, default=None,
+                   help="benchmarks/plane_primitives.py output for PlaneCosts (default: the built-in, measured "
+                        "on the development VM); measure both primitive files on the calibration's host")
     p.add_argument("--add-learner-primitives", action="store_true",
                    help="with --calibration: measure RLlib's own Learner.update and DQN's driver calls now, and "
                         "write the merged calibration to OUT/calibration.json")
@@ -1049,7 +1063,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     workloads, stocks = build_workloads(configs, calibration, stock, args.clock)
     print("predicting ...", flush=True)
-    predicted = predict(workloads, topology, stock, sides, stocks)
+    predicted = predict(workloads, topology, stock, sides, stocks, args.plane_primitives)
     external = external_check(stock)
 
     load_before = os.getloadavg()
@@ -1092,7 +1106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rechecked = None
     if rechecks and measured is not None:
         print("predicting again with the EnvRunner sweep re-timed before each run ...", flush=True)
-        re_predicted = rechecked_predictions(configs, calibration, rechecks, topology, stock, args.clock)
+        re_predicted = rechecked_predictions(configs, calibration, rechecks, topology, stock, args.clock,
+                                             args.plane_primitives)
         re_rows = compare(re_predicted, measured)
         re_ratios = ratios(re_rows)
         # the table: the re-timing each prediction used (the median run's); every run's drift kept in drift_runs
@@ -1107,6 +1122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load": load,
         "calibration_source": source,
         "stock_costs_source": str(args.stock_primitives),
+        "plane_costs_source": str(args.plane_primitives or "built-in PlaneCosts (" + PLANE_PRIMITIVES_FILE + ")"),
         "clock": args.clock,
         "topology": topology.name,
         "workloads": {n: wl.to_dict() for n, wl in workloads.items()},

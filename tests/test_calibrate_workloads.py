@@ -81,6 +81,8 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
         assert team.ok and team.unit == "regions" and team.extra["workers"] == team.extra["torch_threads"] - 1
         assert 0 < team.latency < TEAM_GAPS[0]  # a spin, shorter than the idle gap it was timed in
         assert 0 <= team.extra["update_share"] <= 1.05 and 0 <= team.extra["short_gap_share"] <= 1.05
+        # a weight sync's set_state on the driver's local EnvRunner: a parallel copy, then the same spin
+        assert 0 < team.extra["sync_spin_s"] < TEAM_GAPS[0]
     # the whole call as PPO.training_step makes it: the config's minibatch size and all its epochs
     call = out["learner_update_call:ppo-cartpole"]
     assert call.extra["epochs_timed"] == 30 and call.extra["minibatch_size"] == 128

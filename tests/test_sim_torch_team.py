@@ -104,7 +104,7 @@ def test_extra_torch_threads_need_a_local_learner():
              learner_thread_share=0.9).validate("w.yaml")
 
 
-def _validation_like(threads: int, cores: int):
+def _validation_like(threads: int, cores: int, sync_spin: float = 0.0, policy: str = "rllib-stock"):
     """A DQN local learner and one EnvRunner on one node of ``cores`` cores."""
     from conduit.registry import create_policy
     from conduit.sim.engine import Simulation
@@ -115,8 +115,8 @@ def _validation_like(threads: int, cores: int):
                   fragment_length=1, env_step_time=1.5e-3, inference_time=0.0, replay_capacity=50_000,
                   replay_ratio=32.0, min_size=250, batch_size=32, update_overhead=5e-3,
                   update_time_per_sample=1.4e-5, learner_threads=threads, learner_spin_s=0.0097,
-                  learner_thread_share=0.88).validate("test")
-    return Simulation(topo, wl, create_policy("rllib-stock"), iterations=60, seed=0)
+                  learner_thread_share=0.88, weight_set_time=0.5e-3, sync_spin_s=sync_spin).validate("test")
+    return Simulation(topo, wl, create_policy(policy), iterations=60, seed=0)
 
 
 @pytest.mark.parametrize("threads, cores, crowded", [(1, 2, False), (2, 2, True), (2, 3, False)])
@@ -131,3 +131,28 @@ def test_the_team_runs_once_per_update_on_a_crowded_node():
     result = sim.run()
     assert sim.team.regions == result.metrics["updates"]  # one region per Learner.update
     assert sim.team.cpu_seconds > 0
+
+
+@settings(max_examples=8, deadline=None)
+@given(sync_spin=st.floats(0.0097, 0.03), policy=st.sampled_from(["rllib-stock", "conduit"]))
+def test_each_weight_sync_is_a_region_of_the_team_too(sync_spin, policy):
+    """DQN's weight sync sets the driver's local EnvRunner's weights (a parallel copy): with
+    ``sync_spin_s`` each round's sync starts one more region of the team, on both sides alike. A region
+    replaces what is left of the previous one's spin (a spinning thread takes the new region's work), and
+    what is left of an update's spin at the sync is at most the spin itself: with a sync spin at least
+    the update's (0.0097 s here) the team burns more CPU than without it."""
+    base = _validation_like(2, 2, policy=policy)
+    base.run()
+    sim = _validation_like(2, 2, sync_spin=sync_spin, policy=policy)
+    result = sim.run()
+    assert result.audit.violations == 0
+    rounds = sim.stock_calls["round"]
+    assert sim.team.regions == result.metrics["updates"] + rounds  # one per update, one per round's sync
+    assert sim.team.cpu_seconds > base.team.cpu_seconds
+
+
+def test_a_region_refuses_a_negative_spin():
+    env = simpy.Environment()
+    team = TorchTeam(env, CpuPool(env, "n0", 1), 1, 0.5, 0.01, QUANTUM)
+    with pytest.raises(ValueError, match="spin"):
+        team.region(0.01, spin_s=-1.0)

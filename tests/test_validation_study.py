@@ -474,18 +474,29 @@ def test_every_algorithms_sample_call_carries_the_rest_of_its_remote_call(metric
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spin=times, share=st.floats(0.0, 1.5), threads=st.integers(2, 8))
-def test_a_local_learners_torch_team_comes_from_its_measurement(spin, share, threads):
+@given(spin=times, share=st.floats(0.0, 1.5), threads=st.integers(2, 8), sync=times)
+def test_a_local_learners_torch_team_comes_from_its_measurement(spin, share, threads, sync):
     study = val.experience_path_study()
     name = "dqn-cartpole-1r"  # num_learners=0: the learner trains in the driver's process
     w, cfg = val.study_configs(study, study.parse_args([]), [name])[name]
     team = {"per_item": spin, "latency": spin, "samples": 9,
-            "extra": {"torch_threads": threads, "update_share": share, "load_average": [0.1, 0.1, 0.1]}}
+            "extra": {"torch_threads": threads, "update_share": share, "load_average": [0.1, 0.1, 0.1],
+                      "sync_spin_s": sync}}
     wl = val.sim_workload(name, w.algo, cfg, {**_prims(), "torch_team": team}, STOCK)
-    assert (wl.learner_threads, wl.learner_spin_s) == (threads, spin)
+    assert (wl.learner_threads, wl.learner_spin_s, wl.sync_spin_s) == (threads, spin, sync)
     assert wl.learner_thread_share == min(1.0, share)  # a measured share above 1 is clock noise
     plain = val.sim_workload(name, w.algo, cfg, _prims(), STOCK)
-    assert (plain.learner_threads, plain.learner_spin_s) == (1, 0.0)  # not measured: no team
+    assert (plain.learner_threads, plain.learner_spin_s, plain.sync_spin_s) == (1, 0.0, 0.0)  # not measured: no team
+
+
+def test_a_dqn_torch_team_without_its_weight_sync_spin_is_refused_with_the_fix():
+    study = val.experience_path_study()
+    name = "dqn-cartpole-1r"
+    w, cfg = val.study_configs(study, study.parse_args([]), [name])[name]
+    team = {"per_item": 1e-3, "latency": 1e-3, "samples": 9,
+            "extra": {"torch_threads": 2, "update_share": 0.8, "load_average": [0.1, 0.1, 0.1]}}
+    with pytest.raises(SystemExit, match="--add-learner-primitives --only torch_team"):
+        val.sim_workload(name, w.algo, cfg, {**_prims(), "torch_team": team}, STOCK)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -39,6 +39,7 @@ that states when, where and how each figure was measured.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as _dt
 import itertools
 import json
@@ -1635,7 +1636,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
             batch = int(cfg.total_train_batch_size if algo == "dqn" else (cfg.minibatch_size or cfg.train_batch_size_per_learner))
             n = min(sizes, key=lambda s: abs(s - batch))
             out.append(measure_torch_team(name, lambda: update(n), f"{type(learner).__name__}.update of {n} samples",
-                                          quick))
+                                          quick, sync=_local_set_state(learner)))
         return out
     finally:
         _stop_learner(learner)
@@ -1834,7 +1835,23 @@ def _cpu_since(before: dict[int, float] | float, after: dict[int, float] | float
     return after - before
 
 
-def measure_torch_team(name: str, update: Callable[[], Any], what: str, quick: bool = False) -> WorkloadMeasurement:
+def _local_set_state(learner: Any) -> Callable[[], None]:
+    """What a weight sync does on the driver's local EnvRunner: ``set_state`` of the learner's inference-only
+    weights (``get_state(inference_only=True)``, as numpy) on a module of the same spec."""
+    from ray.rllib.utils.numpy import convert_to_numpy
+
+    state = convert_to_numpy(learner.module.get_state(inference_only=True))
+    other = learner.module.as_multi_rl_module_spec().build() if hasattr(learner.module, "as_multi_rl_module_spec") \
+        else copy.deepcopy(learner.module)
+
+    def sync() -> None:
+        other.set_state(state)
+
+    return sync
+
+
+def measure_torch_team(name: str, update: Callable[[], Any], what: str, quick: bool = False,
+                       sync: Callable[[], Any] | None = None) -> WorkloadMeasurement:
     """``torch_team:<name>``: what torch's extra intra-op threads cost the cores around one update.
 
     A process with torch's default thread count (a local learner, ``num_learners=0``: Ray sets
@@ -1848,7 +1865,10 @@ def measure_torch_team(name: str, update: Callable[[], Any], what: str, quick: b
     - ``extra["update_share"]``: the extra threads' CPU time during the update over its wall time, per
       extra thread (parallel work and the short spins between regions);
     - ``extra["short_gap_share"]``: the same over a gap of :data:`TEAM_GAPS` [1] (a spin longer than the
-      gap keeps the core for all of it: about 1).
+      gap keeps the core for all of it: about 1);
+    - ``extra["sync_spin_s"]`` (with ``sync``, a weight sync's ``set_state`` of the module on the driver's
+      local EnvRunner): the spin in the same idle gap after it. Its copy of the weights is a parallel region
+      too (torch's ``copy_`` of a tensor of at least its grain size), so the team spins after every sync.
 
     One torch thread (Ray's workers) has no team: not measured, with the reason."""
     import torch
@@ -1875,14 +1895,26 @@ def measure_torch_team(name: str, update: Callable[[], Any], what: str, quick: b
             else:
                 into.append(_cpu_since(o1, o2) / max(t2 - t1, 1e-9) / workers)
     spin = max(1e-9, statistics.median(spins))
+    extra: dict[str, Any] = {}
+    if sync is not None:
+        for _ in range(5):
+            sync()
+        after_sync = []
+        for _ in range(reps):
+            sync()
+            o1 = _other_threads_cpu()
+            time.sleep(TEAM_GAPS[0])
+            after_sync.append(_cpu_since(o1, _other_threads_cpu()) / workers)
+        extra["sync_spin_s"] = statistics.median(after_sync)
     return WorkloadMeasurement(
         f"torch_team:{name}", 1.0 / spin, spin, 2 * reps,
         f"{what} with {threads} torch threads, then an idle gap: the {workers} extra thread(s)' CPU time "
         f"(each thread's CPU clock) in a {TEAM_GAPS[0] * 1e3:.0f} ms gap is the spin per region end; "
-        f"medians of {reps}", [1], [spin], unit="regions",
+        f"medians of {reps}" + ("; extra sync_spin_s: the same after a weight sync's set_state" if sync else ""),
+        [1], [spin], unit="regions",
         extra={"torch_threads": threads, "workers": workers, "update_share": statistics.median(shares),
                "short_gap_share": statistics.median(short), "gaps_s": list(TEAM_GAPS),
-               "load_average": list(os.getloadavg())})
+               "load_average": list(os.getloadavg()), **extra})
 
 
 def measure_local_learner(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:

@@ -167,7 +167,9 @@ class DqnLoop:
         - ``ray.put`` of the state, then one ``set_state`` call per EnvRunner through
           ``foreach_env_runner_async_fetch_ready`` with ``timeout_seconds=0``: issued, not waited for
           (``rpc_driver_cpu`` each);
-        - the local EnvRunner's ``set_state`` (``create_local_env_runner``, True by default).
+        - the local EnvRunner's ``set_state`` (``create_local_env_runner``, True by default); in a driver with a
+          torch team (a local learner's default threads) its copy of the weights is a parallel region, after
+          which the team spins (``Workload.sync_spin_s``, :mod:`conduit.sim.torchteam`).
 
         ``weight_sync_time`` is that work but for the per-runner calls. Each EnvRunner serves its call
         before its next ``sample()`` (:meth:`queue_on_runner`): the dispatch (``rpc_callee_cpu``), the
@@ -177,6 +179,8 @@ class DqnLoop:
         t_sync = self.env.now
         if not w.local_learner:  # LearnerGroup.get_state: a call to the first remote learner
             yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
+        if self.team is not None and w.sync_spin_s > 0:  # the local EnvRunner's set_state: a region of the team
+            self.team.region(w.weight_set_time, spin_s=w.sync_spin_s)
         yield from self.on_driver(w.weight_sync_time + (0.0 if w.local_learner else s.rpc_driver_cpu)
                                   + len(runners) * s.rpc_driver_cpu)
         for runner in runners:

@@ -14,6 +14,11 @@ gap after an update (``Workload.learner_spin_s``), and the extra threads' share 
 time (``Workload.learner_thread_share``). On this project's 2-core machine, DQN CartPole: 9.7 ms and
 0.85; a real DQN run's per-thread schedstat showed the team's thread on a CPU 0.75 of the time.
 
+Not only updates start regions: a weight sync's ``set_state`` on the driver's local EnvRunner copies the
+new weights into its module (``copy_`` of a tensor of at least torch's grain size, 32,768 elements, runs
+on the team), after which the team spins again (DQN CartPole, 2 threads: 1.2 ms of set_state, then 5.8 ms
+of the extra thread's CPU in an idle gap; ``Workload.sync_spin_s``, :meth:`conduit.sim.dqn.DqnLoop.dqn_weight_sync`).
+
 The model: :meth:`TorchTeam.region` at the start of an update of ``seconds`` gives each extra thread
 ``share * seconds`` of work plus ``spin`` of spinning; the work left from the previous region (the rest
 of its spin) is dropped, since a thread that spins until the next region starts works on that region
@@ -56,11 +61,15 @@ class TorchTeam:
     def workers(self) -> int:
         return len(self._left)
 
-    def region(self, seconds: float) -> None:
-        """An update of ``seconds`` starts: each thread works ``share * seconds``, then spins ``spin_s``."""
+    def region(self, seconds: float, spin_s: float | None = None) -> None:
+        """Parallel work of ``seconds`` starts (an update): each thread works ``share * seconds``, then spins
+        ``spin_s`` (default: the team's, measured after an update)."""
+        spin = self.spin_s if spin_s is None else spin_s
+        if spin < 0:
+            raise ValueError(f"spin ({spin}) must be >= 0")
         self.regions += 1
         for i in range(self.workers):
-            self._left[i] = self.share * max(0.0, seconds) + self.spin_s
+            self._left[i] = self.share * max(0.0, seconds) + spin
             wake, self._wake[i] = self._wake[i], None
             if wake is not None:
                 wake.succeed()

@@ -85,6 +85,7 @@ class Workload:
     local_learner: bool = False
     learner_threads: int = 1
     learner_spin_s: float = 0.0
+    sync_spin_s: float = 0.0
     learner_thread_share: float = 1.0
     update_time_per_sample: float = 20e-6
     update_overhead: float = 0.0
@@ -201,6 +202,7 @@ class Workload:
 
 _MAY_BE_ZERO = {
     "learner_spin_s",
+    "sync_spin_s",
     "learner_thread_share",
     "env_step_cv",
     "inference_time",
@@ -216,6 +218,7 @@ _MAY_BE_ZERO = {
 }
 _TIME_FIELDS = {
     "learner_spin_s",
+    "sync_spin_s",
     "env_step_time",
     "inference_time",
     "runner_call_overhead",

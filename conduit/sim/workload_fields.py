@@ -59,6 +59,9 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
                         "driver's node (`conduit calibrate`: `torch_team`)")),
     "learner_spin_s": ("s per region", ("CPU time each extra torch thread of a local learner spin-waits after "
                        "an update before it sleeps (libgomp), unless the next update starts first")),
+    "sync_spin_s": ("s per weight sync", ("DQN with a local learner's torch team: the extra threads' spin after the "
+                    "weight sync's `set_state` on the driver's local EnvRunner (a parallel copy of the new weights); "
+                    "0: that sync starts no region")),
     "learner_thread_share": ("ratio", "share of an update's wall time each extra torch thread is on a CPU"),
     "update_time_per_sample": ("s per sample per epoch", "learner compute for one sample in one epoch, on its device"),
     "update_overhead": ("s per update", "fixed learner cost per update"),
