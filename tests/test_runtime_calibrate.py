@@ -301,3 +301,13 @@ def test_cli_bad_out_dir_fails_before_measuring(tmp_path, capsys):
     assert str(tmp_path) in capsys.readouterr().err
     with pytest.raises(cal.ConduitError, match="missing"):
         cal.calibrate(bad, quick=True, ray=False)
+
+
+def test_a_summary_names_the_unit_of_its_rate():
+    """Bytes per second for a copy, rows per second for a replay table's call, none for a call's fixed cost."""
+    copy = Measurement("memcpy", 1e10, 1e-6, 9, "a copy", [4096, 8192], [1e-6, 2e-6])
+    rows = Measurement("plane_replay_draw", 2e5, 1e-3, 9, f"a draw; {cal.ROWS_PER_S}", [16, 64], [1e-3, 1.3e-3])
+    call = Measurement("plane_actor_callee", 1e18, 5e-4, 9, "a control call", [0], [5e-4])
+    assert "B/s" in copy.summary() and "200k rows/s" in rows.summary() and "per call" in call.summary()
+    assert "TB/s" not in call.summary() and "B/s" not in rows.summary()
+

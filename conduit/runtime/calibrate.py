@@ -73,6 +73,10 @@ log = logging.getLogger(__name__)  # conduit.runtime.calibrate: what could not b
 
 KiB = 1 << 10
 MiB = 1 << 20
+#: the nominal bandwidth of a figure with no per-byte term (a control call's round trip, CPU per call)
+NO_PER_BYTE_TERM = 1e17
+#: what a note says when a figure's sizes are rows, so its "bandwidth" is rows per second
+ROWS_PER_S = "sizes are rows, bandwidth is rows/s"
 
 Progress = Callable[[str], None]
 
@@ -109,7 +113,12 @@ class Measurement:
     def summary(self) -> str:
         if not self.ok:
             return f"{self.name:<18} not measured: {self.note}"
-        bw = format_quantity(self.bandwidth, Kind.BANDWIDTH)
+        if self.bandwidth >= NO_PER_BYTE_TERM:  # a call's fixed cost only (a nominal, effectively infinite rate)
+            bw = "per call"
+        elif ROWS_PER_S in self.note:  # sizes are rows (a replay table's calls)
+            bw = f"{self.bandwidth / 1e3:.4g}k rows/s"
+        else:
+            bw = format_quantity(self.bandwidth, Kind.BANDWIDTH)
         lat = format_quantity(self.latency, Kind.TIME) if self.latency > 0 else "0 s"
         sizes = f"{len(self.sizes)} sizes, " if len(self.sizes) > 1 else ""
         return f"{self.name:<18} {bw:>11}  latency {lat:>9}  ({sizes}{self.samples} samples)"
@@ -695,7 +704,7 @@ def _measure_replay_actor(ray: Any, plan: _Plan) -> list[Measurement]:
                                f"burn over the same wall time, on a prioritized Replay table of {rows} transition "
                                f"rows in chunks of {per_chunk}, recovery journal on (max_restarts=3, enable()'s "
                                f"default); median of {blocks} blocks of {calls} calls per size; rows "
-                               f"{sizes[0]}..{sizes[-1]} ({len(sizes)}): sizes are rows, bandwidth is rows/s; {how}",
+                               f"{sizes[0]}..{sizes[-1]} ({len(sizes)}): {ROWS_PER_S}; {how}",
                                list(sizes), medians))
     return out
 
