@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from conduit.runtime.proccpu import thread_times, threads_cpu
+from conduit.runtime.proccpu import read_proc, thread_times, threads_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,14 +54,6 @@ def role_of(cmdline: str) -> str:
     return "other"
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode(errors="replace")
-    except OSError:
-        return None
-
-
 def descendants(root: int) -> list[int]:
     """``root`` and every process below it (Ray's raylet and GCS are children of the driver, the workers
     children of the raylet)."""
@@ -69,7 +61,7 @@ def descendants(root: int) -> list[int]:
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
-        stat = _read(f"/proc/{d}/stat")
+        stat = read_proc(f"/proc/{d}/stat")
         if stat is None:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
@@ -87,7 +79,7 @@ def snapshot(root: int) -> dict[int, dict]:
     waiting for one (``schedstat``'s first two fields, summed over ``/proc/<pid>/task``)."""
     out = {}
     for pid in descendants(root):
-        cmd = _read(f"/proc/{pid}/cmdline")
+        cmd = read_proc(f"/proc/{pid}/cmdline")
         times = thread_times(pid)
         if cmd is None or times is None:
             continue

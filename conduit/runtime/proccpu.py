@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _read(path: str) -> str | None:
+def read_proc(path: str) -> str | None:
+    """A ``/proc`` file's text, or None once what it describes is gone."""
     try:
         with open(path, "rb") as f:
             return f.read().decode(errors="replace")
@@ -35,7 +36,7 @@ def thread_times(pid: int) -> tuple[float, float] | None:
         return None
     run = wait = 0
     for tid in tids:
-        ss = _read(f"/proc/{pid}/task/{tid}/schedstat")
+        ss = read_proc(f"/proc/{pid}/task/{tid}/schedstat")
         if ss:
             fields = ss.split()
             run, wait = run + int(fields[0]), wait + int(fields[1])
@@ -52,7 +53,7 @@ def threads_cpu(pid: int) -> dict[int, tuple[str, float]]:
         return {}
     out = {}
     for tid in tids:
-        ss, name = _read(f"/proc/{pid}/task/{tid}/schedstat"), _read(f"/proc/{pid}/task/{tid}/comm")
+        ss, name = read_proc(f"/proc/{pid}/task/{tid}/schedstat"), read_proc(f"/proc/{pid}/task/{tid}/comm")
         if ss and name is not None:
             out[int(tid)] = (name.strip(), int(ss.split()[0]) / 1e9)
     return out
