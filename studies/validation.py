@@ -13,7 +13,8 @@
    ``StockCosts`` come from ``--stock-primitives`` (default ``benchmarks/stock_primitives.2core-vm.json``;
    :func:`stock_costs_from_primitives`, the field mapping of :data:`conduit.sim.params.STOCK_SOURCES`) and
    ``PlaneCosts`` from ``--plane-primitives`` (default the built-in ones): a VM can move between hosts, so
-   measure both on the calibration's host (``benchmarks/stock_primitives.py``, ``benchmarks/plane_primitives.py``). No end-to-end figure feeds any parameter,
+   measure both on the calibration's host (``benchmarks/stock_primitives.py``,
+   ``benchmarks/plane_primitives.py``). No end-to-end figure feeds any parameter,
    and the ``ref-*`` presets (which copy measured segments: in-sample) are not used.
 2. **Predict**: each workload of ``studies/rllib_experience_path.py`` (imported, not restated: its
    :data:`WORKLOADS` build the RLlib configs, and :func:`sim_workload` reads the simulator's workload off
@@ -530,8 +531,8 @@ def build_workloads(configs: Mapping[str, Any], calibration: Mapping[str, Any], 
 def predict(workloads: Mapping[str, Any], topology: Any, stock: Any, sides: Sequence[str],
             stocks: Mapping[str, Any] | None = None, plane: Any = None) -> dict[tuple[str, str], dict]:
     """``{(workload, side): {metric: value}}`` from one seeded simulation per workload and side
-    (``stocks``: a workload's own :class:`StockCosts`, else ``stock``; ``plane``: a plane-primitives file,
-    None for the built-in :class:`~conduit.sim.params.PlaneCosts`)."""
+    (``stocks``: a workload's own :class:`StockCosts`, else ``stock``; ``plane``: the
+    :class:`~conduit.sim.params.PlaneCosts` of ``--plane-primitives``, None for the built-in ones)."""
     from conduit.sim.run import simulate
 
     out = {}
@@ -1058,12 +1059,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.out / "calibration.json").write_text(json.dumps(calibration, indent=1))
         source = f"{args.out / 'calibration.json'} (measured now, {time.time() - t0:.0f} s)"
     stock = stock_costs_from_primitives(args.stock_primitives)
+    plane = None  # the built-in PlaneCosts
+    if args.plane_primitives is not None:  # read once, checked before any simulation
+        from conduit.sim.cost_file import CostFileError, load_plane_costs
+
+        try:
+            plane = load_plane_costs(args.plane_primitives)[0]
+        except (CostFileError, OSError) as exc:
+            raise SystemExit(f"--plane-primitives: {exc}") from None
     topology, topo_text = topology_from_calibration(calibration)
     (args.out / "topology.yaml").write_text(topo_text)
 
     workloads, stocks = build_workloads(configs, calibration, stock, args.clock)
     print("predicting ...", flush=True)
-    predicted = predict(workloads, topology, stock, sides, stocks, args.plane_primitives)
+    predicted = predict(workloads, topology, stock, sides, stocks, plane)
     external = external_check(stock)
 
     load_before = os.getloadavg()
@@ -1106,8 +1115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rechecked = None
     if rechecks and measured is not None:
         print("predicting again with the EnvRunner sweep re-timed before each run ...", flush=True)
-        re_predicted = rechecked_predictions(configs, calibration, rechecks, topology, stock, args.clock,
-                                             args.plane_primitives)
+        re_predicted = rechecked_predictions(configs, calibration, rechecks, topology, stock, args.clock, plane)
         re_rows = compare(re_predicted, measured)
         re_ratios = ratios(re_rows)
         # the table: the re-timing each prediction used (the median run's); every run's drift kept in drift_runs

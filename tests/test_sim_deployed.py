@@ -308,6 +308,19 @@ def test_bad_plane_cost_files_name_the_file_and_field(tmp_path, data, field):
     assert str(path) in str(err.value) and field in str(err.value)
 
 
+def test_a_json_calibration_reads_exponent_floats_as_numbers(tmp_path):
+    """``json.dumps`` writes 1e-06 without a dot, which YAML 1.1 would read as a string: a ``.json`` cost
+    file is read as JSON; a broken one is named with its line."""
+    path = tmp_path / "plane.json"
+    path.write_text(json.dumps({"measurements": {"plane_actor_callee": {"latency": 1e-6, "bandwidth": 1e18,
+                                                                        "samples": 3}}}))
+    costs, taken = load_plane_costs(path)
+    assert costs.actor_callee_cpu == 1e-6 and set(taken) == {"actor_callee_cpu"}
+    path.write_text('{"measurements": {')
+    with pytest.raises(CostFileError, match="not valid JSON at line 1"):
+        load_plane_costs(path)
+
+
 def test_plane_costs_mapping_round_trips():
     costs = PlaneCosts()
     again = plane_costs_from_mapping({f.name: getattr(costs, f.name) for f in fields(costs)})

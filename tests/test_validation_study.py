@@ -299,6 +299,33 @@ def test_predict_only_writes_the_report_and_is_deterministic(tmp_path):
     assert "ref-" not in json.dumps(a["workloads"])  # the in-sample presets are not used
 
 
+def test_plane_primitives_are_read_once_and_a_bad_file_is_named(tmp_path):
+    """``--plane-primitives``: the prediction uses that file's PlaneCosts (cheaper plane calls: a faster
+    conduit DQN, stock unchanged), and a file that is not a plane-cost file stops the run, naming it."""
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps(_calibration()))
+    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
+    for path, callee in ((slow, 5e-3), (fast, 1e-6)):
+        path.write_text(json.dumps({"measurements": {
+            "plane_actor_callee": {"latency": callee, "bandwidth": 1e18, "samples": 3},
+            "plane_replay_draw": {"latency": 10 * callee, "bandwidth": 1e6, "samples": 3}}}))
+    rows = {}
+    for path in (slow, fast):
+        out = tmp_path / path.stem
+        assert val.main(["--predict-only", "--calibration", str(cal), "--out", str(out), "--workloads",
+                         "dqn-cartpole-1r", "--plane-primitives", str(path)]) == 0
+        report = json.loads((out / "validation.json").read_text())
+        assert report["plane_costs_source"] == str(path)
+        rows[path.stem] = {(r["side"], r["metric"]): r["predicted"] for r in report["rows"]}
+    assert rows["fast"][("conduit", "iteration_time_s")] < rows["slow"][("conduit", "iteration_time_s")]
+    assert rows["fast"][("stock", "iteration_time_s")] == rows["slow"][("stock", "iteration_time_s")]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"measurements": {"disk_read": {"latency": 1.0, "bandwidth": 1e9, "samples": 3}}}))
+    with pytest.raises(SystemExit, match="--plane-primitives: .*bad.json"):
+        val.main(["--predict-only", "--calibration", str(cal), "--out", str(tmp_path / "x"), "--workloads",
+                  "dqn-cartpole-1r", "--plane-primitives", str(bad)])
+
+
 def test_tune_loop_explains_each_changed_parameter():
     tl = _study("tune_loop")
     wl = val.sim_workload("ppo-largeobs", "ppo", _study("validation").study_configs(

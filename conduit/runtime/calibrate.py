@@ -73,8 +73,10 @@ log = logging.getLogger(__name__)  # conduit.runtime.calibrate: what could not b
 
 KiB = 1 << 10
 MiB = 1 << 20
-#: the nominal bandwidth of a figure with no per-byte term (a control call's round trip, CPU per call)
-NO_PER_BYTE_TERM = 1e17
+#: the nominal bandwidth of a figure with no per-byte term (a control call's round trip, CPU per call), and
+#: the rate from which :meth:`Measurement.summary` reads a figure as one
+NOMINAL_RATE = 1e18
+NO_PER_BYTE_TERM = NOMINAL_RATE / 10
 #: what a note says when a figure's sizes are rows, so its "bandwidth" is rows per second
 ROWS_PER_S = "sizes are rows, bandwidth is rows/s"
 
@@ -747,7 +749,7 @@ def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> list[Measurement]
                     calls, blocks = (40, 3) if plan.quick else (200, 5)
                     cpu = callee_cpu_per_call(lambda: ray.get(actor.set_policy_version.remote(next(version)), timeout=60),
                                               pid, calls=calls, blocks=blocks, idle_s=0.1 if plan.quick else 0.5)
-                    callee = Measurement(callee_name, 1e18, cpu, calls * blocks,
+                    callee = Measurement(callee_name, NOMINAL_RATE, cpu, calls * blocks,
                                          f"the PlaneActor process's CPU (every thread, schedstat) per "
                                          f"PlaneCluster.set_policy_version call it serves, less its idle burn over "
                                          f"the same wall time; median of {blocks} blocks of {calls} calls; latency "
@@ -765,7 +767,7 @@ def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> list[Measurement]
         return [_failed(n, reason) for n in (name, *per_call)]
     lat = statistics.median(times)
     # a control call carries no payload: no per-byte term (a nominal, effectively infinite bandwidth)
-    return [Measurement(name, 1e18, lat, reps,
+    return [Measurement(name, NOMINAL_RATE, lat, reps,
                         "PlaneCluster.set_policy_version on a local PlaneActor (a control call: no payload, "
                         "no plane work), wall time, median; latency is the round trip, no per-byte term",
                         [0], [lat]), *cpu_figures]
@@ -1851,8 +1853,7 @@ def _local_set_state(learner: Any) -> Callable[[], None]:
     from ray.rllib.utils.numpy import convert_to_numpy
 
     state = convert_to_numpy(learner.module.get_state(inference_only=True))
-    other = learner.module.as_multi_rl_module_spec().build() if hasattr(learner.module, "as_multi_rl_module_spec") \
-        else copy.deepcopy(learner.module)
+    other = copy.deepcopy(learner.module)  # a second module of the same spec, as the EnvRunner's is
 
     def sync() -> None:
         other.set_state(state)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import fields, replace
@@ -119,6 +120,12 @@ def _read_yaml(path: str | Path) -> Any:
         text = target.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise CostFileError(source, None, f"cannot be read ({exc})") from None
+    if target.suffix.lower() == ".json":  # calibration files: JSON, whose "1e-06" YAML 1.1 reads as a string
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CostFileError(source, None, f"not valid JSON at line {exc.lineno}, column {exc.colno}: "
+                                              f"{exc.msg}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
