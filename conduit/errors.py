@@ -110,6 +110,13 @@ class FlushTimeout(ConduitError, TimeoutError):
     unacknowledged chunk and keeps sending it."""
 
 
+class PlaneCallTimeout(ConduitError, TimeoutError):
+    """A plane actor did not answer a call within the caller's timeout (it is stuck, or its node is
+    unreachable). The call may still run on the actor later; only calls whose late effect is harmless
+    (control calls: a policy version, a batch size, priorities, a snapshot) end this way without the
+    actor's own deadline: ingest and delivery give the actor the caller's deadline first."""
+
+
 class DuplicateChunkError(ConduitError):
     """A chunk id the plane already has (or had recently): nothing was ingested.
 

@@ -212,6 +212,8 @@ BAD_OPTIONS = {
     "bad_max_restarts": (_ppo, lambda: {"max_restarts": -2}, "max_restarts must be an integer >= -1"),
     "bool_max_restarts": (_ppo, lambda: {"max_restarts": True}, "max_restarts must be an integer >= -1"),
     "zero_restart_timeout": (_ppo, lambda: {"restart_timeout": 0}, "restart_timeout must be a positive"),
+    "zero_call_timeout": (_ppo, lambda: {"call_timeout": 0}, "call_timeout must be a positive"),
+    "text_call_timeout": (_ppo, lambda: {"call_timeout": "2 min"}, "call_timeout must be a positive"),
 }
 
 

@@ -13,6 +13,7 @@ import itertools
 import os
 import pickle
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from conduit.chunk import checksum_bytes
 from conduit.contracts import OnPolicy, Replay
-from conduit.errors import ConduitError, PlaneFullError, SchemaError, UnknownNameError
+from conduit.errors import ConduitError, PlaneCallTimeout, PlaneFullError, SchemaError, UnknownNameError
 from conduit.runtime.plane import DeliveryTimeout
 from conduit.runtime.ray_plane import PlaneCluster, RemoteBatch, merge_audits
 from conduit.runtime.schema import Schema
@@ -266,6 +267,110 @@ class TestSingleNode:
         assert len(set(ids)) == 4 * steps
         audit = cluster.shutdown()
         assert audit["violations"] == 0, audit["examples"]
+
+
+# ------------------------------------------------------------------------------------------ a stuck plane
+@ray.remote(num_cpus=0, max_concurrency=16)
+class StuckPlane:
+    """Stands in for a plane actor that is alive but never answers (a deadlock, an unreachable node):
+    every call, its own ``timeout`` argument included, waits until the test lets it go. Only the
+    caller's side (``PlaneCluster``) is under test here; the real actor's own deadlines are tested
+    above and in tests/test_runtime_plane.py."""
+
+    def __init__(self):
+        import threading
+
+        self.release = threading.Event()
+        self.calls = 0
+
+    def _hang(self, *args, **kwargs):
+        self.calls += 1
+        self.release.wait(60)
+
+    def let_go(self):
+        self.release.set()
+        return self.calls
+
+    set_policy_version = size_batch = update_priorities = warming_up = metrics = audit = _hang
+    snapshot = restore = ingest = next_batch = peek = _hang
+
+
+#: every blocking call of the handle, as (name, call(cluster, timeout))
+BLOCKING_CALLS = {
+    "set_policy_version": lambda c, t: c.set_policy_version(3, timeout=t),
+    "size_batch": lambda c, t: c.size_batch("l", update=0, rows=8, timeout=t),
+    "update_priorities": lambda c, t: c.update_priorities("l", [1, 2], [0.5, 0.5], timeout=t),
+    "warming_up": lambda c, t: c.warming_up("l", timeout=t),
+    "metrics": lambda c, t: c.metrics(timeout=t),
+    "audit": lambda c, t: c.audit(timeout=t),
+    "snapshot": lambda c, t: c.snapshot(timeout=t),
+    "restore": lambda c, t: c.restore({"l": {}}, timeout=t),
+    "ingest": lambda c, t: c.ingest(make_chunk(0, 8), policy_version=0, timeout=t),
+    "next_batch": lambda c, t: c.next_batch("l", timeout=t),
+    "peek": lambda c, t: c.peek("l", timeout=t),
+}
+#: calls that hand the actor a deadline of their own: the caller waits call_timeout more for its answer
+OWN_WAIT = {"ingest", "next_batch", "peek"}
+
+
+@pytest.mark.usefixtures("single_node")
+class TestStuckPlane:
+    @pytest.fixture
+    def stuck(self, single_node):
+        actor = StuckPlane.remote()
+        cluster = PlaneCluster({single_node: actor}, {"l": single_node}, schema=SCHEMA, contract=OnPolicy(),
+                               batch_steps=8, call_timeout=0.5)
+        try:
+            yield cluster, actor
+        finally:
+            ray.get(actor.let_go.remote(), timeout=30)
+            ray.kill(actor)
+
+    @pytest.mark.parametrize("name", sorted(BLOCKING_CALLS))
+    def test_every_blocking_call_honours_its_timeout(self, stuck, name):
+        cluster, _ = stuck
+        timeout = 0.4
+        bound = timeout + (cluster.call_timeout if name in OWN_WAIT else 0.0)
+        start = time.monotonic()
+        with pytest.raises(PlaneCallTimeout, match=rf"{name}.*did not answer within {bound:g} s") as err:
+            BLOCKING_CALLS[name](cluster, timeout)
+        took = time.monotonic() - start
+        assert bound <= took < bound + 5.0, took  # not before its bound, and not long after
+        assert isinstance(err.value, TimeoutError) and isinstance(err.value, ConduitError)
+
+    def test_control_calls_default_to_the_clusters_call_timeout(self, stuck):
+        cluster, _ = stuck
+        start = time.monotonic()
+        with pytest.raises(PlaneCallTimeout, match="within 0.5 s"):
+            cluster.set_policy_version(1)
+        assert time.monotonic() - start < 5.0
+        clone = pickle.loads(pickle.dumps(cluster))  # the bound travels with the handle
+        assert clone.call_timeout == 0.5
+
+    def test_bad_timeouts_are_refused_naming_the_argument(self, stuck, single_node):
+        cluster, actor = stuck
+        with pytest.raises(ConduitError, match="call_timeout must be a finite number"):
+            PlaneCluster({single_node: actor}, {"l": single_node}, schema=SCHEMA, contract=OnPolicy(),
+                         batch_steps=8, call_timeout=-1)
+        with pytest.raises(ConduitError, match="timeout must be a number of seconds"):
+            cluster.set_policy_version(1, timeout="soon")
+        with pytest.raises(ConduitError, match="timeout must be a finite number"):
+            cluster.next_batch("l", timeout=float("nan"))
+
+
+class TestLivePlaneTimeouts:
+    def test_a_live_plane_answers_within_short_bounds(self, plane):
+        cluster = plane(SCHEMA, OnPolicy(), batch_steps=8, learners={"l": "local"}, capacities=CAPS, call_timeout=5)
+        cid = cluster.ingest(make_chunk(1, 8), policy_version=0, timeout=5)
+        cluster.size_batch("l", update=0, rows=8, timeout=5)
+        assert cluster.peek("l", timeout=5).stop == 8
+        batch = cluster.next_batch("l", timeout=5)
+        assert batch.selections[0][0] == cid and batch.steps == 8
+        cluster.set_policy_version(1, timeout=5)
+        assert cluster.metrics(timeout=5)
+        with pytest.raises(DeliveryTimeout):  # the actor's own answer, not the caller's PlaneCallTimeout
+            cluster.next_batch("l", timeout=0.2)
+        assert cluster.shutdown()["violations"] == 0
 
 
 # ------------------------------------------------------------------------------------------ two nodes

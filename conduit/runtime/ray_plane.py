@@ -85,9 +85,9 @@ from typing import Any, Self
 import numpy as np
 
 from conduit.contracts import Contract, contract_from_dict
-from conduit.errors import ConduitError, PlaneRestarted, UnknownNameError
+from conduit.errors import ConduitError, PlaneCallTimeout, PlaneRestarted, UnknownNameError
 from conduit.runtime.batch import Peek
-from conduit.runtime.records import DeliveryTimeout
+from conduit.runtime.records import DeliveryTimeout, _timeout_arg
 from conduit.runtime.schema import Schema
 from conduit.tuning_file import resolve_params
 
@@ -478,6 +478,9 @@ class _NoRay:
 
 
 CONCURRENCY = {"ingest": 8, "deliver": 4, "control": 2}
+#: seconds a plane actor may take to answer a call before the caller gives up on it
+#: (``PlaneCluster.start(call_timeout=...)``; see *Timeouts* in :class:`PlaneCluster`)
+CALL_TIMEOUT = 120.0
 """Threads per concurrency group of a plane actor (override with ``PlaneCluster.start(concurrency=...)``)."""
 
 if ray is not None:
@@ -569,13 +572,25 @@ class PlaneCluster:
     Build it with :meth:`start`. ``nodes`` lists the Ray node ids that have a plane (in start
     order, which gives each node its index ``k``); ``learners`` maps every learner to its node.
     Only the process that started the cluster should call :meth:`shutdown`.
+
+    **Timeouts.** No call waits without bound unless asked to. A call with its own wait (``ingest``'s
+    wait for room, ``next_batch`` and ``peek``'s wait for rows) hands the plane actor what is left of
+    the caller's ``timeout`` (restart waits included), so the actor answers with
+    :class:`~conduit.errors.PlaneFullError` or :class:`~conduit.runtime.plane.DeliveryTimeout` itself
+    and nothing half-done is left behind; the caller then waits ``call_timeout`` more for that answer.
+    A control call (``size_batch``, ``set_policy_version``, ``update_priorities``, ``warming_up``,
+    ``metrics``, ``audit``, ``snapshot``, ``restore``) waits its ``timeout``, by default
+    ``call_timeout``. An actor that does not answer in time (stuck, or its node unreachable) raises
+    :class:`~conduit.errors.PlaneCallTimeout`; the call is cancelled if it has not started, and one
+    that has may still take effect. ``call_timeout=None`` lifts the bound.
     """
 
     def __init__(self, actors: Mapping[str, Any], learners: Mapping[str, str], *, schema: Schema,
                  contract: Contract, batch_steps: int, inline_bytes: int = 0, max_restarts: int = 0,
-                 restart_timeout: float = 120.0):
+                 restart_timeout: float = 120.0, call_timeout: float | None = CALL_TIMEOUT):
         self.max_restarts = int(max_restarts)
         self.restart_timeout = float(restart_timeout)
+        self.call_timeout = _timeout_arg("call_timeout", call_timeout)
         self._actors = dict(actors)
         self._learners = dict(learners)
         self.schema = schema
@@ -608,6 +623,7 @@ class PlaneCluster:
         ready_timeout: float = 120.0,
         max_restarts: int = 0,
         restart_timeout: float = 120.0,
+        call_timeout: float | None = CALL_TIMEOUT,
         **plane_kwargs: Any,
     ) -> PlaneCluster:
         """Start one plane actor on every node that hosts learners; returns the handle.
@@ -624,9 +640,11 @@ class PlaneCluster:
         ``inline_bytes`` bytes travel inside the call rather than through ``ray.put``.
         ``max_restarts`` (-1: no limit) lets Ray restart a plane actor whose process died; the plane
         then keeps a recovery log on its node, and callers wait up to ``restart_timeout`` seconds
-        for the restarted actor (see *Restarts* in the module doc).
+        for the restarted actor (see *Restarts* in the module doc). ``call_timeout`` bounds the wait
+        for an actor's answer (see *Timeouts* in the class doc).
         """
         ray_ = _require_ray()
+        call_timeout = _timeout_arg("call_timeout", call_timeout)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         schema = _schema(schema)
@@ -685,7 +703,8 @@ class PlaneCluster:
             _stop(actors.values(), timeout=10.0)  # planes that did start free their memory and spill files
             raise
         return cls(actors, placed, schema=schema, contract=contract, batch_steps=batch_steps,
-                   inline_bytes=inline_bytes, max_restarts=options["max_restarts"], restart_timeout=restart_timeout)
+                   inline_bytes=inline_bytes, max_restarts=options["max_restarts"], restart_timeout=restart_timeout,
+                   call_timeout=call_timeout)
 
     # ----------------------------------------------------------------------------- lookup
     @property
@@ -747,26 +766,53 @@ class PlaneCluster:
             except ray.exceptions.RayActorError:  # unavailable while it restarts
                 time.sleep(min(0.2, max(0.0, left)))
 
-    def _call(self, node: str, submit: Callable[[Any], Any], timeout: float | None = None,
-              remaining: Callable[[float | None], Any] | None = None) -> Any:
+    def _call(self, node: str, submit: Callable[[Any], Any] | None, timeout: float | None = None,
+              remaining: Callable[[float | None], Any] | None = None, *, what: str = "a call",
+              stated: float | None = None) -> Any:
         """``submit(actor)`` on ``node``'s plane and its result, repeated on a restarted actor after a
         ``RayActorError`` (at most ``max_restarts + 1`` attempts). With ``timeout``, every attempt
-        and every wait for a restart fits in it: ``remaining(seconds left)`` builds the call then."""
+        and every wait for a restart fits in it. ``remaining(seconds left)`` builds a call that waits
+        on the actor itself (given what is left of ``timeout``): its answer may take ``call_timeout``
+        more. A call without one is bounded by ``timeout`` alone. ``what`` names the call in a
+        :class:`~conduit.errors.PlaneCallTimeout`, with the caller's bound (``stated``: the whole of
+        a bound this call has only part of)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        stated = timeout if stated is None else stated
+        if remaining is not None and stated is not None and self.call_timeout is not None:
+            stated += self.call_timeout
         attempts = 0
         while True:
             actor = self._actors[node]
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 if remaining is not None:
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    return _get(remaining(left))
-                return _get(submit(actor))
+                    wait = None if left is None or self.call_timeout is None else left + self.call_timeout
+                    return self._answer(remaining(left), wait, node, what, stated)
+                return self._answer(submit(actor), left, node, what, stated)
             except ray.exceptions.RayActorError as exc:
                 attempts += 1
                 if self.max_restarts >= 0 and attempts > self.max_restarts + 1:
                     raise ConduitError(f"the plane actor on node {_short(node)} failed {attempts} times in one call: "
                                        f"{exc}") from None
                 self.await_restart(node, deadline)
+
+    @staticmethod
+    def _answer(ref: Any, wait: float | None, node: str, what: str, stated: float | None) -> Any:
+        """The result of ``ref``, waiting at most ``wait`` seconds (None: until it comes); an actor that
+        does not answer in time raises :class:`~conduit.errors.PlaneCallTimeout` and the call is
+        cancelled if it has not started."""
+        try:
+            return _get(ref, timeout=wait)
+        except ray.exceptions.GetTimeoutError:
+            with contextlib.suppress(Exception):  # already running or finished: nothing to cancel
+                ray.cancel(ref)
+            raise PlaneCallTimeout(f"{what}: the plane actor on node {_short(node)} did not answer within "
+                                   f"{stated if stated is not None else wait:g} s (stuck, or its node is "
+                                   f"unreachable)") from None
+
+    def _bound(self, timeout: float | None, name: str = "timeout") -> float | None:
+        """A control call's timeout: the caller's, else the cluster's ``call_timeout``."""
+        return self.call_timeout if timeout is None else _timeout_arg(name, timeout)
 
     # ----------------------------------------------------------------------------- ingestion
     def _route(self, learner: str | None, producer: str) -> str:
@@ -820,15 +866,17 @@ class PlaneCluster:
     def ingest(self, payload: Mapping[str, Any] | Any, *, policy_version: int, chunk_id: Hashable | None = None,
                producer: str = "local", learner: str | None = None, t_created: float | None = None,
                timeout: float | None = None, checksum: int | None = None, annotation: Any = None) -> Hashable:
-        """:meth:`ingest_async`, waiting until the chunk is in the plane; returns its chunk id."""
+        """:meth:`ingest_async`, waiting until the chunk is in the plane; returns its chunk id. ``timeout``
+        bounds the whole call, waits for a restarted actor included (see *Timeouts* in the class doc)."""
+        timeout = _timeout_arg("timeout", timeout)
         learner = self._route(learner, producer)
 
-        def send(_actor: Any) -> Any:
+        def send(left: float | None) -> Any:
             return self.ingest_async(payload, policy_version=policy_version, chunk_id=chunk_id, producer=producer,
-                                     learner=learner, t_created=t_created, timeout=timeout, checksum=checksum,
+                                     learner=learner, t_created=t_created, timeout=left, checksum=checksum,
                                      annotation=annotation)
 
-        return self._call(self._learners[learner], send)
+        return self._call(self._learners[learner], None, timeout, send, what=f"ingest for learner {learner!r}")
 
     # ----------------------------------------------------------------------------- delivery
     def _learner(self, learner: str | None) -> str:
@@ -858,8 +906,10 @@ class PlaneCluster:
         :class:`~conduit.errors.PlaneRestarted` and delivers nothing.
         """
         learner = self._learner(learner)
-        return self._call(self._learners[learner], None, timeout, lambda left: self.next_batch_async(
-            learner, update=update, timeout=left, from_row=from_row, incarnation=incarnation))
+        return self._call(self._learners[learner], None, _timeout_arg("timeout", timeout),
+                          lambda left: self.next_batch_async(learner, update=update, timeout=left, from_row=from_row,
+                                                             incarnation=incarnation),
+                          what=f"next_batch for learner {learner!r}")
 
     def peek_async(self, learner: str | None = None, *, update: int | None = None, start: int = 0,
                    timeout: float | None = None, incarnation: int | None = None) -> Any:
@@ -877,8 +927,10 @@ class PlaneCluster:
         ``next_batch(from_row=last_stop)`` (under ``OnPolicy``, ``update=peek.update``). See
         :meth:`ExperiencePlane.peek <conduit.runtime.plane.ExperiencePlane.peek>`."""
         learner = self._learner(learner)
-        return self._call(self._learners[learner], None, timeout, lambda left: self.peek_async(
-            learner, update=update, start=start, timeout=left, incarnation=incarnation))
+        return self._call(self._learners[learner], None, _timeout_arg("timeout", timeout),
+                          lambda left: self.peek_async(learner, update=update, start=start, timeout=left,
+                                                       incarnation=incarnation),
+                          what=f"peek for learner {learner!r}")
 
     @staticmethod
     def get(refs: Any, timeout: float | None = None) -> Any:
@@ -893,66 +945,90 @@ class PlaneCluster:
         return self._actors[self._learners[learner]].update_priorities.remote(
             np.asarray(ids, np.int64), np.asarray(priorities, np.float64))
 
-    def update_priorities(self, learner: str | None, ids: Any, priorities: Any) -> int:
+    def update_priorities(self, learner: str | None, ids: Any, priorities: Any, *, timeout: float | None = None) -> int:
         """Replay: new priorities (e.g. a learner's TD errors) for the samples ``ids`` of a batch this
         learner got (``RemoteBatch.replay_ids``), applied by the sampler of the learner's node; ids
-        evicted since their draw are skipped and counted. Returns how many were skipped."""
+        evicted since their draw are skipped and counted. Returns how many were skipped. ``timeout``
+        (default ``call_timeout``): see *Timeouts* in the class doc."""
         learner = self._learner(learner)
+        timeout = self._bound(timeout)
         ids, priorities = np.asarray(ids, np.int64), np.asarray(priorities, np.float64)
-        return self._call(self._learners[learner], lambda a: a.update_priorities.remote(ids, priorities))
+        return self._call(self._learners[learner], lambda a: a.update_priorities.remote(ids, priorities), timeout,
+                          what=f"update_priorities for learner {learner!r}")
 
     # ----------------------------------------------------------------------------- control
-    def size_batch(self, learner: str | None = None, *, update: int, rows: int) -> None:
+    def size_batch(self, learner: str | None = None, *, update: int, rows: int, timeout: float | None = None) -> None:
         """OnPolicy: the learner's batch ``update`` holds exactly ``rows`` samples (see
-        :meth:`ExperiencePlane.size_batch <conduit.runtime.plane.ExperiencePlane.size_batch>`)."""
+        :meth:`ExperiencePlane.size_batch <conduit.runtime.plane.ExperiencePlane.size_batch>`).
+        ``timeout`` (default ``call_timeout``): see *Timeouts* in the class doc."""
         self._check_live()
         learner = self._learner(learner)
-        self._call(self._learners[learner],
-                   lambda a: a.size_batch.remote(learner, update=int(update), rows=int(rows)))
+        self._call(self._learners[learner], lambda a: a.size_batch.remote(learner, update=int(update), rows=int(rows)),
+                   self._bound(timeout), what=f"size_batch for learner {learner!r}")
 
-    def set_policy_version(self, version: int) -> None:
-        """Every node's learners now have weights ``version``."""
-        self._check_live()
+    def _each_node(self, call: Callable[[Any], Any], timeout: float | None, what: str) -> list[Any]:
+        """``call(actor)`` on every node's plane, all within one ``timeout`` (default ``call_timeout``)."""
+        timeout = self._bound(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        got = []
         for node in self._actors:
-            self._call(node, lambda a: a.set_policy_version.remote(int(version)))
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            got.append(self._call(node, call, left, what=what, stated=timeout))
+        return got
 
-    def audit(self) -> dict[str, Any]:
+    def set_policy_version(self, version: int, *, timeout: float | None = None) -> None:
+        """Every node's learners now have weights ``version``. ``timeout`` (default ``call_timeout``)
+        bounds the calls to all nodes together."""
+        self._check_live()
+        self._each_node(lambda a: a.set_policy_version.remote(int(version)), timeout, f"set_policy_version({version})")
+
+    def audit(self, *, timeout: float | None = None) -> dict[str, Any]:
         """The merged audit (:func:`merge_audits`); after :meth:`shutdown`, the final one."""
         if self._final is not None:
             return self._final
-        got = [self._call(node, lambda a: a.audit.remote()) for node in self._actors]
+        got = self._each_node(lambda a: a.audit.remote(), timeout, "audit")
         return merge_audits(dict(zip(self._actors, got, strict=True)))
 
-    def metrics(self) -> dict[str, dict[str, Any]]:
+    def metrics(self, *, timeout: float | None = None) -> dict[str, dict[str, Any]]:
         """Per node id: the plane's metrics, its learners, and what reached it through the object store."""
         self._check_live()
-        got = [self._call(node, lambda a: a.metrics.remote()) for node in self._actors]
+        got = self._each_node(lambda a: a.metrics.remote(), timeout, "metrics")
         return dict(zip(self._actors, got, strict=True))
 
     def _key(self, node: str) -> str:
         return ",".join(sorted(lid for lid, n in self._learners.items() if n == node))
 
-    def snapshot(self, table: bool = True) -> dict[str, dict[str, Any]]:
+    def snapshot(self, table: bool = True, *, timeout: float | None = None) -> dict[str, dict[str, Any]]:
         """Every node's checkpoint (:meth:`ExperiencePlane.snapshot`), keyed by the learners it serves
-        (node ids change between runs; learner ids do not)."""
+        (node ids change between runs; learner ids do not). ``timeout`` (default ``call_timeout``)
+        bounds all nodes together: give a large table more."""
         self._check_live()
-        got = [self._call(node, lambda a: a.snapshot.remote(table)) for node in self._actors]
+        got = self._each_node(lambda a: a.snapshot.remote(table), timeout, "snapshot")
         return {self._key(node): snap for node, snap in zip(self._actors, got, strict=True)}
 
-    def restore(self, snaps: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
-        """Load :meth:`snapshot`'s checkpoints into these (fresh) planes; returns the summed counts."""
+    def restore(self, snaps: Mapping[str, Mapping[str, Any]], *, timeout: float | None = None) -> dict[str, int]:
+        """Load :meth:`snapshot`'s checkpoints into these (fresh) planes; returns the summed counts.
+        ``timeout`` (default ``call_timeout``) bounds all nodes together."""
         self._check_live()
         keys = {self._key(node): node for node in self._actors}
         if set(snaps) != set(keys):
             raise ConduitError(f"restore: the checkpoint has planes for learners {sorted(snaps)}, this cluster "
                                f"for {sorted(keys)}")
-        got = [self._call(keys[k], lambda a, snap=snap: a.restore.remote(dict(snap))) for k, snap in snaps.items()]
+        timeout = self._bound(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        got = []
+        for k, snap in snaps.items():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            got.append(self._call(keys[k], lambda a, snap=snap: a.restore.remote(dict(snap)), left, what="restore",
+                                  stated=timeout))
         return {k: sum(g[k] for g in got) for k in ("chunks", "samples", "dropped")}
 
-    def warming_up(self, learner: str | None = None) -> bool:
+    def warming_up(self, learner: str | None = None, *, timeout: float | None = None) -> bool:
         """Whether the learner's Replay table is still warming up (no sample before ``min_size`` steps)."""
         self._check_live()
-        return bool(self._call(self._learners[self._learner(learner)], lambda a: a.warming_up.remote()))
+        learner = self._learner(learner)
+        return bool(self._call(self._learners[learner], lambda a: a.warming_up.remote(), self._bound(timeout),
+                               what=f"warming_up for learner {learner!r}"))
 
     def shutdown(self, timeout: float = 60.0) -> dict[str, Any]:
         """Close every plane (collecting the final audits), then end the actors; returns the merged

@@ -96,6 +96,7 @@ class ConduitCallback(RLlibCallback):
             prefetch_depth=o.get("prefetch_depth", 1), topology=o.get("topology"),
             verify_checksums=o.get("verify_checksums", False), ingest_timeout=o.get("ingest_timeout", 120.0),
             max_restarts=o.get("max_restarts", 3), restart_timeout=o.get("restart_timeout", 120.0),
+            call_timeout=o.get("call_timeout", 120.0),
             export_interval_s=o.get("metrics_export_s", 10.0), audit_window=o.get("audit_window"))
         _CLUSTERS[id(algorithm)] = cluster
         _ALGOS[id(algorithm)] = weakref.ref(algorithm)

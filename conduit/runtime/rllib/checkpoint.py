@@ -33,6 +33,9 @@ from ray.rllib.utils.checkpoints import Checkpointable
 COMPONENT = "conduit_plane"
 STATE_FILE = "plane_state.pkl"
 COLUMNS_DIR = "columns"
+#: seconds a checkpoint that carries the Replay table may take to leave or reach the plane (the whole table
+#: crosses Ray's object store: far longer than a control call's ``call_timeout``)
+TABLE_TIMEOUT_S = 3600.0
 
 
 class PlaneState(Checkpointable):
@@ -47,7 +50,7 @@ class PlaneState(Checkpointable):
         if cluster is None:
             return {}
         table = bool(getattr(learner.config, "store_buffer_in_checkpoints", False))
-        return {"planes": cluster.snapshot(table=table), "table": table}
+        return {"planes": cluster.snapshot(table=table, timeout=TABLE_TIMEOUT_S if table else None), "table": table}
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not state:

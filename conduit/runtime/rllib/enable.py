@@ -49,6 +49,8 @@ OPTIONS: dict[str, str] = {
     "verify_checksums": "check every delivered chunk's bytes against its ingest checksum (default False)",
     "max_restarts": "times Ray restarts a plane actor whose process died (default 3; 0: never, -1: no limit)",
     "restart_timeout": "seconds a caller waits for a restarted plane actor to answer (default 120)",
+    "call_timeout": "seconds a plane actor may take to answer a call (a control call, or its answer past the "
+                    "call's own timeout) before PlaneCallTimeout (default 120)",
     "audit_window": "retired chunks the live audit remembers to classify late events exactly (default 65,536): "
                     "bounds the plane's memory for chunks that left it",
     "metrics_export_s": "seconds between publications of the plane's counters through ray.util.metrics "
@@ -87,7 +89,7 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     mr = out.get("max_restarts")
     if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or mr < -1):
         raise EnableError(f"enable(): max_restarts must be an integer >= -1 (-1: no limit), got {mr!r}")
-    for key in ("delivery_timeout", "ingest_timeout", "restart_timeout"):
+    for key in ("delivery_timeout", "ingest_timeout", "restart_timeout", "call_timeout"):
         v = out.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
             raise EnableError(f"enable(): {key} must be a positive number of seconds, got {v!r}")

@@ -164,7 +164,9 @@ class ConduitLearnerMixin:
             raise ConduitError("a Conduit checkpoint can only be restored into an algorithm built from enable() "
                                "(its learner is attached to a plane)")
         try:
-            got = cluster.restore(state["planes"])
+            from conduit.runtime.rllib.checkpoint import TABLE_TIMEOUT_S
+
+            got = cluster.restore(state["planes"], timeout=TABLE_TIMEOUT_S if state.get("table") else None)
         except ConduitError as exc:
             raise ConduitError(f"{exc}. Restore a Conduit checkpoint into a freshly built algorithm "
                                "(Algorithm.from_checkpoint(path), or build_algo() then restore_from_path(path) "
