@@ -151,8 +151,7 @@ class AppoLoop:
                 self.env.process(self.stock_appo_path(runner, chunk, queues))
                 # backpressure: runners do not outrun the learners by more than max_lag batches each
                 limit = (w.max_lag + 2) * w.chunks_per_batch * len(queues)
-                while (sum(len(q.items) for q in queues.values()) + self._stock_pending > limit
-                       and not self._stop):
+                while self._appo_any.queued + self._stock_pending > limit and not self._stop:
                     yield self._appo_any.changed()
                 continue
             target = self.layout.target(runner, i // self.path.granularity)
@@ -262,7 +261,7 @@ class AppoLoop:
         waiting = False
         while len(batch) < w.chunks_per_batch:
             while queue.items and len(batch) < w.chunks_per_batch and self._fresh_allowed(lr):
-                cid = queue.items.popleft()
+                cid = queue.take()
                 if self.deployed:
                     self._deployed_fresh[lr.id] += 1
                 queue.notify()
@@ -320,11 +319,14 @@ def shard_object_refs(refs: list, num_shards: int) -> list[list]:
 
 
 class _Notifier:
-    """An event that fires on every change (and is replaced)."""
+    """An event that fires on every change (and is replaced). Shared by queues, it also counts the chunks
+    they hold together (``queued``): the stock runners' backpressure reads that total after every
+    fragment, and summing ~1,000 learners' queues there cost O(runners x learners) per change."""
 
     def __init__(self, env: simpy.Environment):
         self.env = env
         self._changed = env.event()
+        self.queued = 0
 
     def notify(self) -> None:
         event, self._changed = self._changed, self.env.event()
@@ -346,7 +348,15 @@ class _ReadyQueue(_Notifier):
 
     def put(self, cid: int) -> None:
         self.items.append(cid)
+        if self._shared is not None:
+            self._shared.queued += 1
         self.notify()
+
+    def take(self) -> int:
+        """The oldest chunk, out of the queue (the caller notifies)."""
+        if self._shared is not None:
+            self._shared.queued -= 1
+        return self.items.popleft()
 
     def notify(self) -> None:
         super().notify()
