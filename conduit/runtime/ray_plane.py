@@ -968,10 +968,14 @@ class PlaneCluster:
 
     def _each_node(self, call: Callable[[Any], Any], timeout: float | None, what: str) -> list[Any]:
         """``call(actor)`` on every node's plane, all within one ``timeout`` (default ``call_timeout``)."""
+        return self._in_turn([(node, call) for node in self._actors], timeout, what)
+
+    def _in_turn(self, calls: list[tuple[str, Callable[[Any], Any]]], timeout: float | None, what: str) -> list[Any]:
+        """Each ``(node, call)`` in turn, all within one ``timeout`` (default ``call_timeout``)."""
         timeout = self._bound(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         got = []
-        for node in self._actors:
+        for node, call in calls:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             got.append(self._call(node, call, left, what=what, stated=timeout))
         return got
@@ -1014,13 +1018,8 @@ class PlaneCluster:
         if set(snaps) != set(keys):
             raise ConduitError(f"restore: the checkpoint has planes for learners {sorted(snaps)}, this cluster "
                                f"for {sorted(keys)}")
-        timeout = self._bound(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        got = []
-        for k, snap in snaps.items():
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            got.append(self._call(keys[k], lambda a, snap=snap: a.restore.remote(dict(snap)), left, what="restore",
-                                  stated=timeout))
+        got = self._in_turn([(keys[k], lambda a, snap=snap: a.restore.remote(dict(snap))) for k, snap in snaps.items()],
+                            timeout, "restore")
         return {k: sum(g[k] for g in got) for k in ("chunks", "samples", "dropped")}
 
     def warming_up(self, learner: str | None = None, *, timeout: float | None = None) -> bool:
