@@ -650,15 +650,15 @@ _TRANSITION = {"obs": ((4,), "float32"), "new_obs": ((4,), "float32"), "actions"
                "rewards": ((), "float32"), "terminateds": ((), "bool"), "truncateds": ((), "bool")}
 
 
-def _replay_calls(ray: Any, cluster: Any, rng: np.random.Generator) -> tuple[Callable[[], None], Callable[[], None]]:
+def _replay_calls(cluster: Any, rng: np.random.Generator) -> tuple[Callable[[], None], Callable[[], None]]:
     """A learner's two replay calls on ``cluster``: draw a batch, and update the priorities of the last one drawn."""
     last = [cluster.next_batch("l", timeout=60).replay_ids]
 
     def draw() -> None:
         last[0] = cluster.next_batch("l", timeout=60).replay_ids
 
-    def update() -> None:  # the learner's own call (update_priorities_async), waited for within a deadline
-        ray.get(cluster.update_priorities_async("l", last[0], rng.uniform(0.1, 2.0, len(last[0]))), timeout=60)
+    def update() -> None:
+        cluster.update_priorities("l", last[0], rng.uniform(0.1, 2.0, len(last[0])), timeout=60)
 
     return draw, update
 
@@ -690,7 +690,7 @@ def _measure_replay_actor(ray: Any, plan: _Plan) -> list[Measurement]:
             for v in range(rows // per_chunk):
                 cluster.ingest(chunk, policy_version=v, timeout=60)
             pid = int(ray.get(cluster.actor(cluster.nodes[0]).pid.remote(), timeout=60))
-            one_draw, one_update = _replay_calls(ray, cluster, rng)
+            one_draw, one_update = _replay_calls(cluster, rng)
             draw.append(callee_cpu_per_call(one_draw, pid, calls=calls, blocks=blocks, idle_s=idle))
             prio.append(callee_cpu_per_call(one_update, pid, calls=calls, blocks=blocks, idle_s=idle))
         finally:
@@ -743,12 +743,11 @@ def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> list[Measurement]
                     if v >= 5:
                         times.append(time.perf_counter() - t0)
                 if os.path.isdir("/proc/self/task"):
-                    actor = cluster.actor(cluster.nodes[0])
-                    pid = int(ray.get(actor.pid.remote(), timeout=60))
+                    pid = int(ray.get(cluster.actor(cluster.nodes[0]).pid.remote(), timeout=60))
                     version = itertools.count(reps + 5)
                     calls, blocks = (40, 3) if plan.quick else (200, 5)
-                    cpu = callee_cpu_per_call(lambda: ray.get(actor.set_policy_version.remote(next(version)), timeout=60),
-                                              pid, calls=calls, blocks=blocks, idle_s=0.1 if plan.quick else 0.5)
+                    cpu = callee_cpu_per_call(lambda: cluster.set_policy_version(next(version), timeout=60), pid,
+                                              calls=calls, blocks=blocks, idle_s=0.1 if plan.quick else 0.5)
                     callee = Measurement(callee_name, NOMINAL_RATE, cpu, calls * blocks,
                                          f"the PlaneActor process's CPU (every thread, schedstat) per "
                                          f"PlaneCluster.set_policy_version call it serves, less its idle burn over "
