@@ -486,6 +486,22 @@ def _median_of_runs(ms: Sequence[Any]) -> Any:
     return m
 
 
+def with_contention(calibration: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """``calibration`` with its host's ``contention`` block (the topology's ``oversubscribed_cpu_cost``,
+    :mod:`conduit.runtime.contention`) replaced by the one in ``path`` (``benchmarks/contention_cpu.py
+    --json``); exits naming the file when it holds no cost."""
+    try:
+        block = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--contention: cannot read {path}: {exc}") from None
+    cost = block.get("oversubscribed_cpu_cost") if isinstance(block, dict) else None
+    if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 1:
+        raise SystemExit(f"--contention: {path}: 'oversubscribed_cpu_cost' must be a number >= 1, got {cost!r}")
+    out = dict(calibration)
+    out["host"] = {**dict(calibration.get("host") or {}), "contention": block}
+    return out
+
+
 def topology_from_calibration(calibration: Mapping[str, Any], name: str = "calibrated-validation"):
     """The explicit-form topology that ``conduit calibrate`` writes, rebuilt from the calibration JSON."""
     from conduit.runtime.calibrate import Measurement, Measurements, topology_yaml
@@ -990,6 +1006,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="--add-learner-primitives: runs per primitive (medians)")
     p.add_argument("--only", default="", help="--add-learner-primitives: comma-separated primitive kinds to add "
                    "(e.g. torch_team); the calibration's others stay")
+    p.add_argument("--contention", type=Path, default=None,
+                   help="the oversubscribed CPU cost to use instead of the calibration's: a JSON written by "
+                        "benchmarks/contention_cpu.py --json (a paired ratio, so another window's figure applies)")
     p.add_argument("--predict-only", action="store_true", help="predict only; no real runs")
     p.add_argument("--measured", type=Path, help="reuse a previous run's OUT/measured.json instead of running")
     p.add_argument("--quick", action="store_true", help="quick calibration and 4 real iterations (1 warm-up)")
@@ -1058,6 +1077,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = calibrate(configs, args.quick)
         (args.out / "calibration.json").write_text(json.dumps(calibration, indent=1))
         source = f"{args.out / 'calibration.json'} (measured now, {time.time() - t0:.0f} s)"
+    if args.contention is not None:
+        calibration, source = with_contention(calibration, args.contention), f"{source} + {args.contention}"
     stock = stock_costs_from_primitives(args.stock_primitives)
     plane = None  # the built-in PlaneCosts
     if args.plane_primitives is not None:  # read once, checked before any simulation

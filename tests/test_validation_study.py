@@ -757,3 +757,20 @@ def test_the_runs_section_lists_each_runs_iteration_and_the_spread():
     assert "| a | stock | 300, 360, 330 | 1.20 |" in text
     assert "| b |" not in text  # one run: nothing to spread
     assert val.runs_section(rows[1:]) == []
+
+
+def test_the_validations_contention_file_replaces_the_calibrations(tmp_path):
+    """``--contention FILE`` swaps the calibration's oversubscribed CPU cost; a bad file exits naming it."""
+    path = tmp_path / "contention.json"
+    path.write_text(json.dumps({"oversubscribed_cpu_cost": 1.2, "note": "n"}))
+    calibration = {"host": {"cores": 2, "contention": {"oversubscribed_cpu_cost": 1.5}}, "measurements": {}}
+    out = val.with_contention(calibration, path)
+    assert out["host"]["contention"]["oversubscribed_cpu_cost"] == 1.2 and out["host"]["cores"] == 2
+    assert calibration["host"]["contention"]["oversubscribed_cpu_cost"] == 1.5  # the input is not changed
+    for bad in ({"oversubscribed_cpu_cost": 0.8}, {"note": "no cost"}, [1.2]):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(SystemExit, match=r"--contention: .*contention\.json"):
+            val.with_contention(calibration, path)
+    path.write_text("{not json")
+    with pytest.raises(SystemExit, match="--contention: cannot read"):
+        val.with_contention(calibration, path)

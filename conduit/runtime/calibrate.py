@@ -920,6 +920,7 @@ def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, pr
         keep(*_measure_disk(plan, tmpdir, out.host))
     if workloads:  # before Ray starts: ray.init flushes Tune's env registry into a store ray.shutdown drops
         out.workload = measure_workload_primitives(workloads, quick=quick, progress=progress)
+        out.host["contention"] = _measure_contention(quick, progress)
     if ray:
         keep(*_measure_object_store(plan, progress, out.host))
     if cuda_available():
@@ -973,6 +974,19 @@ def _comment(text: str, indent: str = "", hang: str = "  ", first: str = "") -> 
     lines = textwrap.wrap(text, width=110 - len(indent), initial_indent=first, subsequent_indent=hang,
                           break_on_hyphens=False, break_long_words=False)
     return [f"{indent}# {line}".rstrip() for line in lines]
+
+
+def _measure_contention(quick: bool, progress: Progress | None) -> dict[str, Any]:
+    """What CPU work costs while every core is taken (:mod:`conduit.runtime.contention`), for the
+    topology's ``oversubscribed_cpu_cost``; a failure is recorded (and the cost left unmeasured)."""
+    from conduit.runtime import contention
+
+    try:
+        return contention.measure(_named_env_runner, pairs=3 if quick else 8, window=0.15 if quick else 0.4,
+                                  progress=progress)
+    except Exception as exc:  # noqa: BLE001 - recorded, and the topology says it was not measured
+        log.warning("calibrate: contention not measured: %s: %s", type(exc).__name__, exc)
+        return {"oversubscribed_cpu_cost": None, "note": f"not measured: {type(exc).__name__}: {exc}"}
 
 
 def topology_yaml(measurements: dict[str, Measurement], name: str | None = None) -> str:
@@ -1039,7 +1053,16 @@ def topology_yaml(measurements: dict[str, Measurement], name: str | None = None)
 
     body = ["devices:"]
     body += _comment(f"--- CPU: {cores} usable cores [host] ---", indent="  ")
-    body.append("  - " + _flow({"id": "cpu0", "kind": "cpu", "model": host.get("cpu_model"), "cores": cores}))
+    cpu: dict[str, Any] = {"id": "cpu0", "kind": "cpu", "model": host.get("cpu_model"), "cores": cores}
+    contended = host.get("contention") or {}
+    if contended.get("oversubscribed_cpu_cost"):
+        cpu["oversubscribed_cpu_cost"] = round(float(contended["oversubscribed_cpu_cost"]), 4)
+        body += _comment(f"oversubscribed_cpu_cost: {cpu['oversubscribed_cpu_cost']} [contention] "
+                         f"({contended.get('note', '')}).", indent="  ")
+    elif contended:
+        body += _comment(f"oversubscribed_cpu_cost: {contended.get('note', 'not measured')} (default 1: none).",
+                         indent="  ")
+    body.append("  - " + _flow(cpu))
     body.append("")
 
     # DRAM
@@ -1325,6 +1348,11 @@ def _local_env_runner(cfg: Any) -> Any:
 
     register_envs()
     return SingleAgentEnvRunner(config=cfg, worker_index=1)
+
+
+def _named_env_runner(name: str) -> Any:
+    """A local EnvRunner of the :func:`default_workload_configs` config ``name``."""
+    return _local_env_runner(default_workload_configs()[name][1].copy(copy_frozen=False))
 
 
 def _workload_env(config):

@@ -48,8 +48,9 @@ class CoreUse:
         return {node: threads[node] > self.cpus[node].cores for node in self.cpus}
 
     def on_cores(self, node: str, seconds: float) -> Generator:
-        """``seconds`` of one thread's work on a core of ``node``: in quanta on a crowded node, one
-        timeout elsewhere."""
+        """``seconds`` of one thread's compute (sampling, a CPU learner's update) on a core of ``node``:
+        in quanta on a crowded node (each paying the pool's ``oversubscribed_cost`` while every core is
+        taken), one timeout elsewhere."""
         if not self.crowded[node]:
             if seconds > 0:
                 yield self.env.timeout(seconds)
@@ -57,7 +58,7 @@ class CoreUse:
         left = seconds
         while left > 0:
             step = min(SAMPLING_QUANTUM, left)
-            yield from self.cpu(node, step)
+            yield from self.cpu(node, step, compute=True)
             left -= step
 
     def learner_compute(self, lr: LearnerRole, seconds: float) -> Generator:

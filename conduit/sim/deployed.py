@@ -198,11 +198,11 @@ class DeployedRoute:
         if t > env.now:
             yield env.timeout(t - env.now)
 
-    def _hold(self, thread: FifoServer, node: str, seconds: float) -> Generator:
-        """Work on one Python thread (a FIFO server) and a core of ``node``."""
+    def _hold(self, thread: FifoServer, node: str, seconds: float, compute: bool = False) -> Generator:
+        """Work on one Python thread (a FIFO server) and a core of ``node`` (``compute``: sampling)."""
         yield thread.acquire()
         try:
-            yield from self.cpu(node, seconds)
+            yield from self.cpu(node, seconds, compute=compute)
         finally:
             thread.release()
 
@@ -229,7 +229,7 @@ class DeployedRoute:
             return
         while left > 0:
             step = min(SAMPLING_QUANTUM, left)
-            yield from self._hold(thread.fifo, runner.node, step)
+            yield from self._hold(thread.fifo, runner.node, step, compute=True)
             left -= step
 
     @property

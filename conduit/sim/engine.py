@@ -193,7 +193,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         self.network = Network(self.env, topology.graph, component_solve=fast, class_heaps=fast)
         self.cpus = {
             node: CpuPool(self.env, node, sum(c.get("cores", 1) for c in topology.devices_of("cpu", node)) or 1,
-                          float(next((c.get("cpu_speed", 1.0) for c in topology.devices_of("cpu", node)), 1.0)))
+                          float(next((c.get("cpu_speed", 1.0) for c in topology.devices_of("cpu", node)), 1.0)),
+                          max((float(c.get("oversubscribed_cpu_cost", 1.0)) for c in topology.devices_of("cpu", node)),
+                              default=1.0))
             for node in topology.nodes
         }
         self.compute = {lr.device: ComputeEngine(self.env, lr.device) for lr in self.layout.learners}
@@ -262,8 +264,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
                     f"memory of {lr.id} ({lr.device_tier}, {room:.3g} bytes) on topology {self.topology.name!r}"
                 )
 
-    def cpu(self, node: str, seconds: float, urgent: bool = False) -> Generator:
-        return self.cpus[node].work(seconds, urgent)
+    def cpu(self, node: str, seconds: float, urgent: bool = False, compute: bool = False) -> Generator:
+        return self.cpus[node].work(seconds, urgent, compute)
 
     def on_driver(self, seconds: float) -> Generator:
         """Work on the driver's single Python thread (and a core of its node). Where that node's pool

@@ -117,13 +117,30 @@ class CpuPool:
     not paused already, which is paused for as long (it ends that much later); when every core runs
     urgent work it waits at the head of the queue for the next free core. Ordinary work is FIFO as
     before.
+
+    **Work on an over-subscribed node costs more** (``oversubscribed_cost``, the topology CPU's
+    ``oversubscribed_cpu_cost``, default 1: no extra). A thread that shares its core with another pays
+    more CPU for the same work than it does alone: the other thread evicts its caches and branch
+    history, and every switch costs the kernel's own work (``conduit.runtime.contention``: an RLlib
+    EnvRunner's CPU per env step beside as many busy learner-like processes as cores, 1.08-1.13x on
+    the 2-core VM, against 0.99-1.03x with a core still free). The workload's own compute (``compute``:
+    sampling, a CPU learner's update; the kinds of work that microbenchmark times) that arrives while
+    every core is taken (it waits, or preempts) is charged ``oversubscribed_cost`` times its seconds;
+    compute that finds a core free is not, and neither is the data path's work (copies,
+    serialisation: not measured under contention, so not extrapolated to). Crowded nodes hold
+    compute in quanta (:mod:`conduit.sim.cores`), so a long call pays the extra for the quanta it
+    runs while the node is crowded.
     """
 
-    def __init__(self, env: simpy.Environment, node: str, cores: int, speed: float = 1.0):
+    def __init__(self, env: simpy.Environment, node: str, cores: int, speed: float = 1.0,
+                 oversubscribed_cost: float = 1.0):
+        if not oversubscribed_cost >= 1.0:
+            raise ValueError(f"{node}: oversubscribed_cost must be >= 1, got {oversubscribed_cost!r}")
         self.env = env
         self.node = node
         self.cores = cores
         self.speed = speed
+        self.oversubscribed_cost = oversubscribed_cost
         self._server = FifoServer(env, cores)
         self.busy_core_seconds = 0.0
         self._running: dict[_Hold, None] | None = None  # preemptive pools: running work, oldest first
@@ -156,12 +173,15 @@ class CpuPool:
         self._arrivals.append(event)
         return event
 
-    def work(self, core_seconds: float, urgent: bool = False) -> Generator[Any, Any, None]:
+    def work(self, core_seconds: float, urgent: bool = False, compute: bool = False) -> Generator[Any, Any, None]:
         """Run ``core_seconds`` of reference-core work on one core of this node (``urgent``: see the
-        class doc; only on a preemptive pool)."""
+        class doc; only on a preemptive pool; ``compute``: the workload's own compute, sampling or a
+        CPU learner's update, which pays ``oversubscribed_cost`` while every core is taken)."""
         if core_seconds <= 0:
             return
         seconds = core_seconds / self.speed
+        if compute and self.oversubscribed_cost != 1.0 and self._server.busy >= self._server.capacity:
+            seconds *= self.oversubscribed_cost  # every core taken: this work shares one (class doc)
         if self._running is None:
             if urgent:
                 raise RuntimeError(f"{self.node}: urgent work on a pool without preemption")

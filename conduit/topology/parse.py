@@ -10,6 +10,7 @@ when known, the line.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ COMMON_DEVICE_FIELDS = ("id", "kind", "node", "model", "description")
 #: the ``memory``/``nvme``/``gpu`` extras are the measurements ``conduit calibrate`` records
 DEVICE_FIELDS = {
     "gpu": ("memory", "memory_bandwidth", "copy_launch_overhead", "d2h_pinned_bandwidth", "h2d_pageable_bandwidth"),
-    "cpu": ("cores",),
+    "cpu": ("cores", "oversubscribed_cpu_cost"),
     "memory": ("capacity", "pinned_capacity", "bandwidth", "pageable_copy_bandwidth",
                "shm_bandwidth", "shm_latency", "shm_create_latency", "pickle_bandwidth", "pickle_latency",
                "pickle_oob_latency", "object_store_put_bandwidth", "object_store_get_bandwidth",
@@ -108,6 +109,10 @@ def parse_devices(items: Any, ctx: Context, prefix: str = "", node: str | None =
             cores = attrs.setdefault("cores", 1)
             if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
                 ctx.fail(f"{where}.cores", f"must be a positive integer, got {shown(cores)}", item, "cores")
+            cost = attrs.get("oversubscribed_cpu_cost", 1.0)
+            if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 1:
+                ctx.fail(f"{where}.oversubscribed_cpu_cost", f"must be a number >= 1 (CPU seconds on a crowded "
+                         f"core per CPU second alone), got {shown(cost)}", item, "oversubscribed_cpu_cost")
         if kind == "memory" and "pinned_capacity" in attrs and attrs["pinned_capacity"] > attrs["capacity"]:
             ctx.fail(f"{where}.pinned_capacity", "exceeds the device's capacity", item, "pinned_capacity")
         if node is not None:
