@@ -181,11 +181,15 @@ def test_paired_ratios_time_idle_and_busy_windows_in_alternating_order():
         def busy(self, on: bool) -> None:
             self.states.append(on)
 
+        def cpu_s(self) -> float:
+            return 0.0
+
     nb = Recorder()
-    cpu, wall, idle = contention.paired_ratios(lambda: sum(range(2000)) and 1, nb, pairs=4, window=0.01)
+    cpu, wall, idle, held = contention.paired_ratios(lambda: sum(range(2000)) and 1, nb, pairs=4, window=0.01)
     assert nb.states == [False, True, True, False, False, True, True, False]
-    assert len(cpu) == len(wall) == len(idle) == 4
+    assert len(cpu) == len(wall) == len(idle) == len(held) == 4
     assert all(r > 0 and math.isfinite(r) for r in cpu + wall) and all(s > 0 for s in idle)
+    assert all(0 < work <= 1.5 and others == 0.0 for work, others in held)
 
 
 def test_the_cost_needs_rows_with_as_many_neighbours_as_cores(monkeypatch):

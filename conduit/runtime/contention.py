@@ -26,6 +26,7 @@ neighbour count is a parameter: ``cores - 1`` neighbours (every thread still has
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import statistics
@@ -90,6 +91,15 @@ class Neighbours:
             time.sleep(WARMUP_S)
         return self
 
+    def cpu_s(self) -> float:
+        """The neighbours' CPU seconds so far, every thread (``/proc``; NaN where it cannot be read)."""
+        from conduit.runtime.proccpu import process_cpu_s
+
+        try:
+            return sum(process_cpu_s(p.pid) for p in self.procs)
+        except (OSError, RuntimeError, ValueError):  # a neighbour gone, or no /proc
+            return math.nan
+
     def busy(self, on: bool) -> None:
         (self.go.set if on else self.go.clear)()
         time.sleep(SETTLE_S)
@@ -113,18 +123,22 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
 
 
 def paired_ratios(work: Callable[[], int], neighbours: Neighbours, pairs: int,
-                  window: float) -> tuple[list[float], list[float], list[float]]:
-    """``(cpu ratios, wall ratios, idle CPU seconds per item)`` of ``pairs`` idle/busy pairs of windows of
-    ``window`` seconds; ``work()`` does some work and returns how many items it did."""
+                  window: float) -> tuple[list[float], list[float], list[float], list[tuple[float, float]]]:
+    """``(cpu ratios, wall ratios, idle CPU seconds per item, busy cores)`` of ``pairs`` idle/busy pairs of
+    windows of ``window`` seconds; ``work()`` does some work and returns how many items it did. ``busy
+    cores``: per pair, the cores the work and the neighbours together held in the busy window (CPU seconds
+    over its wall time; the neighbours' NaN where ``/proc`` cannot be read)."""
 
-    def timed() -> tuple[float, float]:
+    def timed() -> tuple[float, float, float, float]:
+        n0 = neighbours.cpu_s()
         c0, w0, done = time.process_time(), time.perf_counter(), 0
         while time.perf_counter() - w0 < window:
             done += work()
+        c, w = time.process_time() - c0, time.perf_counter() - w0
         done = max(1, done)
-        return (time.process_time() - c0) / done, (time.perf_counter() - w0) / done
+        return c / done, w / done, c / w, (neighbours.cpu_s() - n0) / w
 
-    cpu, wall, idle = [], [], []
+    cpu, wall, idle, cores = [], [], [], []
     for i in range(pairs):
         got = {}
         for on in ((False, True) if i % 2 == 0 else (True, False)):
@@ -133,7 +147,8 @@ def paired_ratios(work: Callable[[], int], neighbours: Neighbours, pairs: int,
         cpu.append(got[True][0] / got[False][0])
         wall.append(got[True][1] / got[False][1])
         idle.append(got[False][0])
-    return cpu, wall, idle
+        cores.append((got[True][2], got[True][3]))
+    return cpu, wall, idle, cores
 
 
 def measure(env_runner: Callable[[str], Any] | None = None, pairs: int = 8, window: float = 0.4,
@@ -175,16 +190,23 @@ def measure(env_runner: Callable[[str], Any] | None = None, pairs: int = 8, wind
                     item()
                 for k in ks:
                     with Neighbours(k) as nb:
-                        cpu, wall, idle = paired_ratios(item, nb, pairs, window)
+                        cpu, wall, idle, held = paired_ratios(item, nb, pairs, window)
                     row = {"work": what, "items_per_call": steps, "neighbours": k,
                            "threads_per_core": (k + 1) / cores, "cpu_ratio_quartiles": quartiles(cpu),
                            "wall_ratio_quartiles": quartiles(wall),
+                           # the cores the work held busy, and each neighbour (a fair share: cores / (k + 1))
+                           "work_cores_busy": statistics.median(c for c, _ in held),
+                           "neighbour_cores_busy": (statistics.median(n for _, n in held) / k if k else None),
                            "idle_cpu_s_per_item": statistics.median(idle), "cpu_ratios": cpu}
                     rows.append(row)
                     if progress is not None:
                         lo, med, hi = row["cpu_ratio_quartiles"]
+                        each = row["neighbour_cores_busy"]
                         progress(f"contention: {what}, {k + 1} threads on {cores} cores: CPU per item busy / idle "
-                                 f"{med:.3f} [{lo:.3f}, {hi:.3f}], wall {row['wall_ratio_quartiles'][1]:.3f}")
+                                 f"{med:.3f} [{lo:.3f}, {hi:.3f}], wall {row['wall_ratio_quartiles'][1]:.3f}; cores "
+                                 f"held busy: the work {row['work_cores_busy']:.2f}, each neighbour "
+                                 f"{'-' if each is None else f'{each:.2f}'} (a fair share: "
+                                 f"{min(1.0, cores / (k + 1)):.2f})")
             finally:
                 if runner is not None:
                     runner.stop()
