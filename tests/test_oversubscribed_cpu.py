@@ -239,3 +239,27 @@ def test_the_benchmark_writes_its_rows(tmp_path):
                                                 "learner-like update"]
     assert all(r["neighbours"] == 0 and len(r["cpu_ratios"]) == 1 for r in data["rows"])
     assert data["oversubscribed_cpu_cost"] is None  # no row beside as many neighbours as cores
+
+
+def test_calibrate_with_workloads_measures_the_cost_and_writes_it_to_cpu0(monkeypatch):
+    """``measure_machine(workloads=...)`` runs the contention measurement (here on the learner-like update
+    only, one short pair: the real neighbours, as many as cores) and ``topology_yaml`` carries its cost."""
+    pytest.importorskip("torch", reason="the learner-like work needs torch")
+    from conduit.runtime import calibrate, contention
+    from conduit.topology.yamlio import parse_yaml
+
+    real = contention.measure
+    seen = {}
+
+    def short(env_runner, **kw):
+        seen.update(kw, env_runner=env_runner)
+        return real(env_runner, pairs=1, window=0.05, work=(("learner-like", 1),), progress=kw.get("progress"))
+
+    monkeypatch.setattr(contention, "measure", short)
+    monkeypatch.setattr(calibrate, "measure_workload_primitives", lambda configs, quick, progress: {})
+    ms = calibrate.measure_machine(quick=True, ray=False, disk=False, workloads={"w": ("ppo", object())})
+    assert seen["env_runner"] is calibrate._named_env_runner and seen["pairs"] == 3  # quick: 3 pairs
+    cost = ms.host["contention"]["oversubscribed_cpu_cost"]
+    assert cost >= 1.0 and ms.host["contention"]["rows"][0]["neighbours"] == ms.host["contention"]["cores"]
+    topo = topology_from_dict(parse_yaml(calibrate.topology_yaml(ms), "cal"), source="cal")
+    assert topo.devices["cpu0"].get("oversubscribed_cpu_cost") == pytest.approx(cost, abs=1e-4)
