@@ -263,3 +263,16 @@ def test_calibrate_with_workloads_measures_the_cost_and_writes_it_to_cpu0(monkey
     assert cost >= 1.0 and ms.host["contention"]["rows"][0]["neighbours"] == ms.host["contention"]["cores"]
     topo = topology_from_dict(parse_yaml(calibrate.topology_yaml(ms), "cal"), source="cal")
     assert topo.devices["cpu0"].get("oversubscribed_cpu_cost") == pytest.approx(cost, abs=1e-4)
+
+
+def test_a_dead_neighbour_stops_the_measurement():
+    """A window beside a neighbour that died would not be over-subscribed: the cost would read low, silently."""
+    pytest.importorskip("torch", reason="the neighbours run torch")
+    from conduit.runtime import contention
+
+    with contention.Neighbours(1) as nb:
+        nb.busy(True)  # alive: no complaint
+        nb.procs[0].terminate()
+        nb.procs[0].join(timeout=10)
+        with pytest.raises(RuntimeError, match="neighbour process"):
+            nb.busy(False)

@@ -19,7 +19,7 @@ Conduit (its learner works while the two EnvRunners sample) spent 3.41 ms of Env
   idle and then busy (order alternating), back to back, so that the host's own drift between minutes (up to 2.5x on
   a shared VM) cancels in the pair's ratio.
 
-The figure is the median over all pairs of CPU per step busy / idle (never below 1: a lower median is noise), and
+The figure is the median over all pairs of CPU per item busy / idle (never below 1: a lower median is noise), and
 ``conduit calibrate --workloads`` writes it to the calibrated topology's CPU as ``oversubscribed_cpu_cost``. The
 neighbour count is a parameter: ``cores - 1`` neighbours (every thread still has a core) is the control.
 """
@@ -101,8 +101,13 @@ class Neighbours:
             return math.nan
 
     def busy(self, on: bool) -> None:
+        """Switch the neighbours on or off; raises when one has died (a window beside a dead neighbour would
+        time the work beside fewer busy threads than asked, and the cost would read low without a word)."""
         (self.go.set if on else self.go.clear)()
         time.sleep(SETTLE_S)
+        if dead := [p for p in self.procs if not p.is_alive()]:
+            raise RuntimeError(f"{len(dead)} of {len(self.procs)} neighbour process(es) died "
+                               f"(exit code {dead[0].exitcode}): the windows would not be over-subscribed")
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
@@ -126,8 +131,8 @@ def paired_ratios(work: Callable[[], int], neighbours: Neighbours, pairs: int,
                   window: float) -> tuple[list[float], list[float], list[float], list[tuple[float, float]]]:
     """``(cpu ratios, wall ratios, idle CPU seconds per item, busy cores)`` of ``pairs`` idle/busy pairs of
     windows of ``window`` seconds; ``work()`` does some work and returns how many items it did. ``busy
-    cores``: per pair, the cores the work and the neighbours together held in the busy window (CPU seconds
-    over its wall time; the neighbours' NaN where ``/proc`` cannot be read)."""
+    cores``: per pair, ``(the work's, all the neighbours')`` cores held in the busy window (CPU seconds over
+    its wall time; the neighbours' NaN where ``/proc`` cannot be read)."""
 
     def timed() -> tuple[float, float, float, float]:
         n0 = neighbours.cpu_s()
@@ -157,9 +162,8 @@ def measure(env_runner: Callable[[str], Any] | None = None, pairs: int = 8, wind
     """The paired measurement (module doc) for every neighbour count (default: the node's cores) and every
     kind of work in ``work``; returns ``{"cores", "pairs", "window_s", "rows": [...], "oversubscribed_cpu_cost",
     "note"}``, the cost read from the rows with ``cores`` neighbours, all kinds of work pooled. ``env_runner``
-    builds a local EnvRunner of a named config (``conduit calibrate``'s
-    ``lambda name: _local_env_runner(default_workload_configs()[name][1])``); needed unless every kind of
-    work is ``learner-like``."""
+    builds a local EnvRunner of a named config (``conduit calibrate``'s ``_named_env_runner``); needed
+    unless every kind of work is ``learner-like``."""
     import torch
 
     if pairs < 1:

@@ -122,8 +122,9 @@ class CpuPool:
     ``oversubscribed_cpu_cost``, default 1: no extra). A thread that shares its core with another pays
     more CPU for the same work than it does alone: the other thread evicts its caches and branch
     history, and every switch costs the kernel's own work (``conduit.runtime.contention``: an RLlib
-    EnvRunner's CPU per env step beside as many busy learner-like processes as cores, 1.08-1.13x on
-    the 2-core VM, against 0.99-1.03x with a core still free). The workload's own compute (``compute``:
+    EnvRunner's CPU per env step, and a learner-like update's, beside as many busy learner-like
+    processes as cores; on the 2-core VM 1.02-1.27x per kind of work, 1.081 pooled over 128 pairs,
+    against 0.98-1.09x with a core still free). The workload's own compute (``compute``:
     sampling, a CPU learner's update; the kinds of work that microbenchmark times) that arrives while
     every core is taken (it waits, or preempts) is charged ``oversubscribed_cost`` times its seconds;
     compute that finds a core free is not, and neither is the data path's work (copies,
