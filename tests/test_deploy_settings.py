@@ -89,6 +89,8 @@ def test_a_simulation_uses_the_given_chunk_size():
 def test_the_simulators_prefetch_depth_follows_a_given_depth():
     assert deployed_prefetch_depth(create_policy("conduit")) == prefetch_depth("replay")
     assert deployed_prefetch_depth(create_policy("conduit", depth=4)) == 4
+    assert deployed_prefetch_depth(create_policy("conduit"), family="async") == prefetch_depth("async") == 1
+    assert deployed_prefetch_depth(create_policy("conduit", depth=0), family="async") == 0
 
 
 # ------------------------------------------------------------------ the runtime (plan + EnvRunner's size)

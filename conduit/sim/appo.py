@@ -60,6 +60,10 @@ class AppoLoop:
         self._stop = False
         self._stock_pending = 0  # stock: chunks created, not yet in a learner's queue
         runner_loop = self.deployed_appo_runner if self.deployed else self.appo_runner
+        if self.deployed:  # the plane's chunks per learner, and each learner actor's main thread
+            self._appo_landed = {lr.id: _ReadyQueue(self.env) for lr in learners}
+            for lr in learners:
+                self.env.process(self.deployed_appo_learner_main(lr, queues[lr.id]))
         for r in self.layout.runners:
             self.env.process(runner_loop(r, queues))
         if self.crowded[self.layout.driver_node]:
@@ -96,7 +100,10 @@ class AppoLoop:
         self._stop = True
         # retire what is left: still-queued chunks are dropped (counted), buffers released
         for lr in learners:
-            for cid in list(queues[lr.id].items) + [c for c, _ in reuse[lr.id]]:
+            held = list(queues[lr.id].items) + [c for c, _ in reuse[lr.id]]
+            if self.deployed:  # still in the plane, or fetched and not yet built
+                held += list(self._appo_landed[lr.id].items) + self._appo_fetching[lr.id]
+            for cid in held:
                 if cid in self._chunks:
                     self.auditor.dropped(cid, self.env.now, "end-of-run")
                     self.release(cid)
@@ -245,14 +252,6 @@ class AppoLoop:
         self._stock_pending -= 1
         queue.put(chunk.id)
 
-    def _fresh_allowed(self, lr: LearnerRole) -> bool:
-        """Whether the learner may take another fresh chunk. Conduit as deployed: a plane batch enters
-        the learner's circular buffer only through a driver ``update`` call (one batch per call, see
-        :meth:`~conduit.sim.deployed.DeployedRoute.deployed_appo_fetch`); reuse is not gated."""
-        if not self.deployed:
-            return True
-        return self._deployed_fresh[lr.id] < self._deployed_calls[lr.id] * self.workload.chunks_per_batch
-
     def appo_gather(self, lr: LearnerRole, k: int, queue, reuse: deque, uses: dict) -> Generator:
         """Assemble update k's batch: fresh chunks within the lag bound first; when none is ready,
         reuse buffered chunks (circular buffer) up to ``max_reuse``; otherwise wait."""
@@ -260,10 +259,8 @@ class AppoLoop:
         batch: list[int] = []
         waiting = False
         while len(batch) < w.chunks_per_batch:
-            while queue.items and len(batch) < w.chunks_per_batch and self._fresh_allowed(lr):
+            while queue.items and len(batch) < w.chunks_per_batch:
                 cid = queue.take()
-                if self.deployed:
-                    self._deployed_fresh[lr.id] += 1
                 queue.notify()
                 if self.rules.stale_on_arrival(self._chunks[cid].policy_version, next_update=k, current=k):
                     self.auditor.dropped(cid, self.env.now, "stale")
@@ -284,9 +281,7 @@ class AppoLoop:
                     self.view.learner_waiting(lr)
                     waiting = True
                 yield queue.changed()
-        if self.deployed:  # the prefetch thread's next_batch of the fresh chunks, then the pipeline
-            yield from self.deployed_appo_fetch(lr, [c for c in batch if uses.get(c, 0) == 0])
-        elif self.path.route == "direct" and self.path.batch_build == "per-batch":
+        if not self.deployed and self.path.route == "direct" and self.path.batch_build == "per-batch":
             yield from self._build_batch_on_learner(lr, batch)
             for cid in batch:
                 if math.isnan(self.rec.chunks[cid].t_ready):

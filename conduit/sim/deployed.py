@@ -54,7 +54,12 @@ fragment unless the policy's ``target_chunk_bytes`` was given), each a full stoc
 (``runner_call_overhead`` each); the learner's value stream (``values.py: ValueStream``)
 peeks what landed and runs the value pass while sampling goes on; at update start it takes delivery
 of the rest (a round trip). APPO/IMPALA: one chunk per sample call; the learner's prefetch thread
-fetches its next batch after an update (``delivery.py: Prefetcher``, one ahead). DQN: the learner's
+fetches a whole batch from the plane ahead of the next driver ``update`` call (``delivery.py: Prefetcher``,
+``prefetch_depth`` 1 unless the policy's ``depth`` is given); when the call arrives, the learner actor's
+main thread runs the connector on that batch and hands it to IMPALA's learner thread, which trains on its
+own (:meth:`DeployedRoute.deployed_appo_learner_main`): the build overlaps the gradient updates, as the
+real run's 0 ms of exposed latency on large observations shows, instead of waiting for the learner to be
+free. DQN: the learner's
 prefetch thread keeps :func:`deployed_prefetch_depth` replay batches requested (the runtime's
 :func:`conduit.deploy_settings.prefetch_depth`: a given policy ``depth``, else enable()'s default, 2 for
 a uniform buffer and 1 for a prioritized one, ``Workload.prioritized_replay``), one more at each update's
@@ -131,14 +136,15 @@ def deployed_stream_pieces(workload: Any, policy: Any) -> int:
     return max(1, math.ceil(fragment / chunk))
 
 
-def deployed_prefetch_depth(policy: Any, workload: Any = None) -> int:
-    """Replay batches a deployed learner's prefetch thread keeps requested:
-    :func:`conduit.deploy_settings.prefetch_depth` for the workload's replay table (uniform unless
-    ``workload.prioritized_replay``), with the policy's ``depth`` when given."""
+def deployed_prefetch_depth(policy: Any, workload: Any = None, family: str = "replay") -> int:
+    """Batches a deployed learner's prefetch thread keeps requested:
+    :func:`conduit.deploy_settings.prefetch_depth` for the algorithm family (``"replay"``: by the
+    workload's table, uniform unless ``workload.prioritized_replay``; ``"async"``: APPO/IMPALA), with
+    the policy's ``depth`` when given, as the runtime's plan computes it (``plan.py``)."""
     from conduit.deploy_settings import policy_depth, prefetch_depth
 
     depth = policy_depth(getattr(policy, "params", {}) or {}, getattr(policy, "given", frozenset()))
-    return prefetch_depth("replay", prioritized=bool(getattr(workload, "prioritized_replay", False)), depth=depth)
+    return prefetch_depth(family, prioritized=bool(getattr(workload, "prioritized_replay", False)), depth=depth)
 
 
 class DeployedRoute:
@@ -161,10 +167,17 @@ class DeployedRoute:
                                for lr in self.layout.learners}
         #: plane calls by kind (``ingest``, ``peek``, ``next_batch``), countable by tests and studies
         self.plane_calls: dict[str, int] = {"ingest": 0, "peek": 0, "next_batch": 0, "update_priorities": 0}
-        # APPO: sample results the driver handled, update calls that reached each learner
+        # APPO: sample results the driver handled, update calls that reached each learner (and, per
+        # learner, the calls waiting for its main thread), the chunks landed in its plane and not yet
+        # fetched, and those its prefetch thread holds
         self._deployed_results = 0
         self._deployed_calls = {lr.id: 0 for lr in self.layout.learners}
-        self._deployed_fresh = {lr.id: 0 for lr in self.layout.learners}
+        self._appo_calls = {lr.id: simpy.Store(env) for lr in self.layout.learners}
+        self._appo_landed: dict[str, Any] = {}
+        self._appo_fetching: dict[str, list[int]] = {lr.id: [] for lr in self.layout.learners}
+        #: APPO: per learner, the fresh chunks its main thread built into the circular buffer (checkable:
+        #: at most ``chunks_per_batch`` per driver ``update`` call)
+        self.appo_admitted = {lr.id: 0 for lr in self.layout.learners}
         # DQN: each runner's sample calls (which learner's table); per learner, the prefetch thread's requests
         # (Prefetcher.request: one per update end, ``depth`` at the start) and the priority updates sent
         # that the next draw waits for
@@ -455,7 +468,10 @@ class DeployedRoute:
     # ================================================================== APPO / IMPALA
     def deployed_appo_runner(self, runner: RunnerRole, queues: dict) -> Generator:
         """One chunk per ``sample()`` call (one fragment), sent to the plane of its learner's node;
-        the call returns ``[]`` and the driver handles the empty result (:meth:`_deployed_appo_result`)."""
+        the call returns ``[]`` and the driver handles the empty result (:meth:`_deployed_appo_result`).
+        A chunk counts in its learner's queue as in flight from its creation until the learner's
+        ``update`` has built it into the circular buffer (:meth:`deployed_appo_learner_main`), so the
+        runner's backpressure sees the chunks waiting in the plane too."""
         w = self.workload
         slots = self.runner_slots[runner.id]
         i = 0
@@ -466,26 +482,21 @@ class DeployedRoute:
             target = self.layout.target(runner, i)
             i += 1
             chunk, trace = self.new_chunk(runner, target, self._runner_version[runner.id])
-            queue = queues[target.id]
+            queue, landed = queues[target.id], self._appo_landed[target.id]
             queue.in_flight += 1
             yield slots.acquire()
-            if not self._ingest_now(runner, target, chunk, lambda q=queue, cid=chunk.id: self._queue_landed(q, cid)):
-                self.env.process(self._deployed_appo_chunk(runner, target, chunk, trace, queue))
+            if not self._ingest_now(runner, target, chunk, lambda q=landed, cid=chunk.id: q.put(cid)):
+                self.env.process(self._deployed_appo_chunk(runner, target, chunk, trace, landed))
             self.env.process(self._deployed_appo_result())
             while len(queue.items) + queue.in_flight > (w.max_lag + 2) * w.chunks_per_batch and not self._stop:
                 yield queue.changed()
 
-    def _deployed_appo_chunk(self, runner: RunnerRole, lr: LearnerRole, chunk: Any, trace: Any, queue: Any) -> Generator:
+    def _deployed_appo_chunk(self, runner: RunnerRole, lr: LearnerRole, chunk: Any, trace: Any, landed: Any) -> Generator:
         try:
             yield from self.deployed_ingest(runner, lr, [(chunk, trace)])
         finally:
             self.runner_slots[runner.id].release()
-        self._queue_landed(queue, chunk.id)
-
-    @staticmethod
-    def _queue_landed(queue: Any, cid: int) -> None:
-        queue.in_flight -= 1
-        queue.put(cid)
+        landed.put(chunk.id)
 
     def _deployed_appo_result(self) -> Generator:
         """The driver's side of one ``sample()`` result (an empty list): the reply and its bookkeeping;
@@ -508,22 +519,78 @@ class DeployedRoute:
         s = self.stock
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
         self._deployed_calls[lr.id] += 1
-        self._appo_queues[lr.id].notify()
+        self._appo_calls[lr.id].put(self._deployed_calls[lr.id])
 
-    def deployed_appo_fetch(self, lr: LearnerRole, fresh: list[int]) -> Generator:
-        """The fresh part of an update's batch came from the plane: the prefetch thread's
-        ``next_batch`` (the actor's copy out, the reply), then the learner's pipeline on it. It was
-        admitted by a driver ``update`` call (:meth:`~conduit.sim.appo.AppoLoop._fresh_allowed`): the
-        stock IMPALA learner then trains on its circular buffer, reusing batches, as without Conduit."""
-        if not fresh:
-            return
+    def deployed_appo_learner_main(self, lr: LearnerRole, queue: Any) -> Generator:
+        """The learner actor's main thread under ``enable()`` (``learner.py: ConduitLearnerMixin.update``),
+        one driver ``update`` call after another, in arrival order (a Ray actor runs its calls one at a
+        time): take the batch the prefetch thread fetched (``Prefetcher.get``, waiting while it is not
+        there; with ``prefetch_depth`` 0 no thread: ``fetch_now`` on this thread), run RLlib's learner
+        connector on it and hand it to the learner thread's circular buffer (IMPALA's ``update`` with
+        ``async_update``: the learner thread trains on its own, so this work overlaps the gradient
+        updates and competes with them only for the node's cores), then ask for one more batch
+        (``Prefetcher.request``)."""
         w = self.workload
-        yield from self.deployed_deliver(lr, len(fresh) * w.chunk_bytes)
-        yield from self.build_at_update_start(lr, len(fresh) * w.chunk_steps, len(fresh) * w.chunk_bytes)
-        yield from self._retire_to_device(lr, fresh)
-        for cid in fresh:
-            if math.isnan(self.rec.chunks[cid].t_ready):
-                self.rec.chunks[cid].t_ready = self.env.now
+        calls = self._appo_calls[lr.id]
+        depth = deployed_prefetch_depth(self.policy, family="async")
+        if depth > 0:
+            wanted, ready = simpy.Store(self.env), simpy.Store(self.env, capacity=depth)
+            self.env.process(self._deployed_appo_prefetcher(lr, queue, wanted, ready))
+            for _ in range(depth):  # Prefetcher.__init__ requests ``depth`` batches
+                wanted.put(True)
+        while True:
+            yield calls.get()
+            if depth > 0:
+                batch = yield ready.get()
+            else:
+                batch = yield from self._deployed_appo_fetch(lr, queue)
+            self._appo_fetching[lr.id] = self._appo_fetching[lr.id][len(batch):]
+            steps, nbytes = len(batch) * w.chunk_steps, len(batch) * w.chunk_bytes
+            yield from self.build_at_update_start(lr, steps, nbytes)
+            yield from self._retire_to_device(lr, batch)
+            for cid in batch:
+                if math.isnan(self.rec.chunks[cid].t_ready):
+                    self.rec.chunks[cid].t_ready = self.env.now
+                queue.in_flight -= 1
+                queue.put(cid)
+            self.appo_admitted[lr.id] += len(batch)
+            if depth > 0:
+                wanted.put(True)
+
+    def _deployed_appo_prefetcher(self, lr: LearnerRole, queue: Any, wanted: simpy.Store,
+                                  ready: simpy.Store) -> Generator:
+        """The prefetch thread (``delivery.py: Prefetcher._run``): one fetch per request, in order,
+        each batch kept until the main thread takes it (at most ``depth`` waiting)."""
+        while True:
+            yield wanted.get()
+            batch = yield from self._deployed_appo_fetch(lr, queue)
+            yield ready.put(batch)
+
+    def _deployed_appo_fetch(self, lr: LearnerRole, queue: Any) -> Generator:
+        """The prefetch thread's ``next_batch`` (``delivery.py: fetch_now``): it waits until the plane
+        holds a whole batch of chunks that landed for this learner, drops on the way the ones the
+        contract says are too old for the plane's policy version (the plane's assembly rules,
+        :mod:`conduit.plane.rules`), and takes delivery (the actor's copy out and the reply)."""
+        w = self.workload
+        landed = self._appo_landed[lr.id]
+        held = self._appo_fetching[lr.id]  # fetched, not yet built (all of this learner's, in order)
+        batch: list[int] = []
+        while len(batch) < w.chunks_per_batch:
+            while landed.items and len(batch) < w.chunks_per_batch:
+                cid = landed.take()
+                k = self.version
+                if self.rules.stale_on_arrival(self._chunks[cid].policy_version, next_update=k, current=k):
+                    queue.in_flight -= 1
+                    self.auditor.dropped(cid, self.env.now, "stale")
+                    self.release(cid)
+                    queue.notify()
+                    continue
+                batch.append(cid)
+                held.append(cid)
+            if len(batch) < w.chunks_per_batch:
+                yield landed.changed()
+        yield from self.deployed_deliver(lr, len(batch) * w.chunk_bytes)
+        return batch
 
     # ================================================================== DQN
     def deployed_dqn(self) -> Generator:
