@@ -98,19 +98,32 @@ def test_dqn_iteration_is_never_below_its_sample_rpc_floor(rtt, sync, frag, rati
 
 
 @SETTINGS
+@example(algorithm="dqn", base=0.0, extra=0.01171875)  # found by hypothesis: 2.1 ms sooner of 28.1 s
 @given(algorithm=st.sampled_from(["dqn", "appo"]), base=st.floats(0.0, 5e-3), extra=st.floats(1e-4, 20e-3))
-def test_a_dearer_plane_round_trip_never_makes_conduit_faster(algorithm, base, extra):
+def test_a_dearer_plane_round_trip_makes_conduit_sooner_by_at_most_the_replies_thread_work(algorithm, base, extra):
     """APPO and DQN: every plane call lies on a fixed path (a chunk's ingest, a batch's delivery), so a
-    dearer round trip never ends the same work sooner. (PPO's value stream is the exception: the next
-    test.)"""
-    topo = tiny()
+    dearer round trip can end the same work sooner only through the one thing it moves: where a
+    delivery's own work on the learner's thread (the call's ``rpc_driver_cpu``, the reply's
+    ``get_per_object``) falls among the thread's other work. The learner's threads share one GIL, which
+    the model keeps as one FIFO thread: with a free round trip DQN's reply lands on the thread just
+    before the weight sync's ``get_state`` and delays it 0.52 ms a round; a dearer one moves it after
+    (the example). So the run is never sooner by more than that work, once per delivery. (PPO's value
+    stream is the other exception: the next test.)"""
+    topo, w = tiny(), load_workload(algorithm)
     iters = {"dqn": 40, "appo": 12}[algorithm]
-    cheap = simulate(topo, algorithm, "conduit", iterations=iters, plane_costs=replace(PlaneCosts(), call_round_trip=base))
-    dear = simulate(topo, algorithm, "conduit", iterations=iters,
-                    plane_costs=replace(PlaneCosts(), call_round_trip=base + extra))
+    runs = []
+    for rtt in (base, base + extra):
+        sim = Simulation(topo, w, create_policy("conduit"), iterations=iters,
+                         plane=replace(PlaneCosts(), call_round_trip=rtt))
+        runs.append((sim.run(), sim))
+    (cheap, _), (dear, sim) = runs
     assert cheap.audit.violations == 0 and dear.audit.violations == 0
-    # the run's length in simulated time: the same work, never done sooner with dearer calls
-    assert dear.sim_time >= cheap.sim_time * (1 - 1e-9)
+    stock = sim.stock
+    # the most the delivery's work on the learner's thread can weigh: the call, and a reply's get
+    per_delivery = stock.rpc_driver_cpu + stock.get_per_object
+    slack = sim.plane_calls["next_batch"] * per_delivery
+    # the run's length in simulated time: the same work, never sooner by more than the slack
+    assert dear.sim_time >= cheap.sim_time * (1 - 1e-9) - slack
 
 
 @SETTINGS
