@@ -544,7 +544,6 @@ class DeployedRoute:
                 batch = yield ready.get()
             else:
                 batch = yield from self._deployed_appo_fetch(lr, queue)
-            self._appo_fetching[lr.id] = self._appo_fetching[lr.id][len(batch):]
             steps, nbytes = len(batch) * w.chunk_steps, len(batch) * w.chunk_bytes
             yield from self.build_at_update_start(lr, steps, nbytes)
             yield from self._retire_to_device(lr, batch)
@@ -553,6 +552,8 @@ class DeployedRoute:
                     self.rec.chunks[cid].t_ready = self.env.now
                 queue.in_flight -= 1
                 queue.put(cid)
+            # held (for the end of the run) until they are in the learner thread's queue
+            self._appo_fetching[lr.id] = self._appo_fetching[lr.id][len(batch):]
             self.appo_admitted[lr.id] += len(batch)
             if depth > 0:
                 wanted.put(True)
