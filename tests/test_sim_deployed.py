@@ -196,7 +196,7 @@ def test_the_plane_calls_are_the_runtimes(algorithm):
 
 
 @SETTINGS
-@given(depth=st.sampled_from([None, 0, 1, 2]), update_scale=st.sampled_from([0.2, 1.0, 20.0]))
+@given(depth=st.sampled_from([None, 0, 1, 2, 3]), update_scale=st.sampled_from([0.2, 1.0, 20.0]))
 def test_deployed_appo_builds_batches_on_the_main_thread_beside_training(depth, update_scale):
     """APPO under ``enable()`` (``learner.py``): the learner actor's main thread takes the prefetched
     batch when a driver ``update`` call arrives, runs the connector and hands the batch to the learner
@@ -216,6 +216,7 @@ def test_deployed_appo_builds_batches_on_the_main_thread_beside_training(depth, 
     assert sim.plane_calls["next_batch"] <= sim.stock_calls["update_call"] + ahead * len(learners)
     for lr in learners:
         assert 0 < sim.appo_admitted[lr.id] <= sim._deployed_calls[lr.id] * w.chunks_per_batch
+    assert not sim._chunks  # every chunk, wherever the end found it (plane, prefetch, main thread), released
     if update_scale >= 20:
         steady = [u for u in sim.rec.updates if u.update >= 4]
         assert steady and max(u.exposed for u in steady) == 0.0

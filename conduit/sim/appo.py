@@ -98,15 +98,11 @@ class AppoLoop:
                 self.env.process(self.broadcast(k + 1))
             self._tick(k)
         self._stop = True
-        # retire what is left: still-queued chunks are dropped (counted), buffers released
-        for lr in learners:
-            held = list(queues[lr.id].items) + [c for c, _ in reuse[lr.id]]
-            if self.deployed:  # still in the plane, or fetched and not yet built
-                held += list(self._appo_landed[lr.id].items) + self._appo_fetching[lr.id]
-            for cid in held:
-                if cid in self._chunks:
-                    self.auditor.dropped(cid, self.env.now, "end-of-run")
-                    self.release(cid)
+        # retire what is left, wherever the end found it (a learner's queue or circular buffer, on its way
+        # there, in the plane, fetched and not yet built): dropped (counted), buffers released
+        for cid in list(self._chunks):
+            self.auditor.dropped(cid, self.env.now, "end-of-run")
+            self.release(cid)
 
     def appo_driver_spin(self) -> Generator:
         """The driver never sleeps: ``algorithm.py: Algorithm._run_one_training_iteration`` calls

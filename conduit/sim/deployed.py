@@ -169,12 +169,11 @@ class DeployedRoute:
         self.plane_calls: dict[str, int] = {"ingest": 0, "peek": 0, "next_batch": 0, "update_priorities": 0}
         # APPO: sample results the driver handled, update calls that reached each learner (and, per
         # learner, the calls waiting for its main thread), the chunks landed in its plane and not yet
-        # fetched, and those its prefetch thread holds
+        # fetched
         self._deployed_results = 0
         self._deployed_calls = {lr.id: 0 for lr in self.layout.learners}
         self._appo_calls = {lr.id: simpy.Store(env) for lr in self.layout.learners}
         self._appo_landed: dict[str, Any] = {}
-        self._appo_fetching: dict[str, list[int]] = {lr.id: [] for lr in self.layout.learners}
         #: APPO: per learner, the fresh chunks its main thread built into the circular buffer (checkable:
         #: at most ``chunks_per_batch`` per driver ``update`` call)
         self.appo_admitted = {lr.id: 0 for lr in self.layout.learners}
@@ -552,8 +551,6 @@ class DeployedRoute:
                     self.rec.chunks[cid].t_ready = self.env.now
                 queue.in_flight -= 1
                 queue.put(cid)
-            # held (for the end of the run) until they are in the learner thread's queue
-            self._appo_fetching[lr.id] = self._appo_fetching[lr.id][len(batch):]
             self.appo_admitted[lr.id] += len(batch)
             if depth > 0:
                 wanted.put(True)
@@ -574,7 +571,6 @@ class DeployedRoute:
         :mod:`conduit.plane.rules`), and takes delivery (the actor's copy out and the reply)."""
         w = self.workload
         landed = self._appo_landed[lr.id]
-        held = self._appo_fetching[lr.id]  # fetched, not yet built (all of this learner's, in order)
         batch: list[int] = []
         while len(batch) < w.chunks_per_batch:
             while landed.items and len(batch) < w.chunks_per_batch:
@@ -587,7 +583,6 @@ class DeployedRoute:
                     queue.notify()
                     continue
                 batch.append(cid)
-                held.append(cid)
             if len(batch) < w.chunks_per_batch:
                 yield landed.changed()
         yield from self.deployed_deliver(lr, len(batch) * w.chunk_bytes)
