@@ -248,6 +248,16 @@ class AppoLoop:
         self._stock_pending -= 1
         queue.put(chunk.id)
 
+    def drop_if_stale(self, cid: int, k: int) -> bool:
+        """Drop (counted, released) a chunk the contract says is too old for update ``k`` when it is taken
+        (:meth:`conduit.plane.rules.ContractRules.stale_on_arrival`); returns whether it was dropped. Used where a
+        learner takes fresh chunks and, under ``enable()``, where the plane hands a batch over."""
+        if not self.rules.stale_on_arrival(self._chunks[cid].policy_version, next_update=k, current=k):
+            return False
+        self.auditor.dropped(cid, self.env.now, "stale")
+        self.release(cid)
+        return True
+
     def appo_gather(self, lr: LearnerRole, k: int, queue, reuse: deque, uses: dict) -> Generator:
         """Assemble update k's batch: fresh chunks within the lag bound first; when none is ready,
         reuse buffered chunks (circular buffer) up to ``max_reuse``; otherwise wait."""
@@ -258,9 +268,7 @@ class AppoLoop:
             while queue.items and len(batch) < w.chunks_per_batch:
                 cid = queue.take()
                 queue.notify()
-                if self.rules.stale_on_arrival(self._chunks[cid].policy_version, next_update=k, current=k):
-                    self.auditor.dropped(cid, self.env.now, "stale")
-                    self.release(cid)
+                if self.drop_if_stale(cid, k):
                     continue
                 batch.append(cid)
             if len(batch) >= w.chunks_per_batch:

@@ -518,7 +518,7 @@ class DeployedRoute:
         s = self.stock
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
         self._deployed_calls[lr.id] += 1
-        self._appo_calls[lr.id].put(self._deployed_calls[lr.id])
+        self._appo_calls[lr.id].put(True)
 
     def deployed_appo_learner_main(self, lr: LearnerRole, queue: Any) -> Generator:
         """The learner actor's main thread under ``enable()`` (``learner.py: ConduitLearnerMixin.update``),
@@ -575,11 +575,8 @@ class DeployedRoute:
         while len(batch) < w.chunks_per_batch:
             while landed.items and len(batch) < w.chunks_per_batch:
                 cid = landed.take()
-                k = self.version
-                if self.rules.stale_on_arrival(self._chunks[cid].policy_version, next_update=k, current=k):
+                if self.drop_if_stale(cid, self.version):
                     queue.in_flight -= 1
-                    self.auditor.dropped(cid, self.env.now, "stale")
-                    self.release(cid)
                     queue.notify()
                     continue
                 batch.append(cid)
