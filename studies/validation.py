@@ -49,13 +49,14 @@ machine: primitives and runs taken at different host speeds mis-predict by that 
 drift only in part: its drift is a lower bound. (One drift was ours: APPO learners the calibration had built
 left their polling learner threads running in this process and slowed every later microbenchmark by 6-7% each,
 fixed in :func:`conduit.runtime.calibrate._stop_learner`; ``benchmarks/sweep_under_load.py`` shows that our
-own load on the other core does not move the sweep.) So each workload's own EnvRunner sweep, its largest
-primitive, is also re-timed just before each real run
-(``--recheck``, the default; :func:`recheck_env_runner`, 10-20 s a run): the report prints its drift per run
-and a second prediction, the calibration with that run's re-timed sweep swapped in (``rechecked`` in
-validation.json; every other primitive as calibrated). Both predictions are out of sample: no end-to-end
-figure feeds either. ``measured.json`` keeps the re-timed entries (``env_runner_recheck``), so ``--measured``
-regenerates both.
+own load on the other core does not move the sweep.) So each workload's largest primitives, its EnvRunner
+sweep and the learner update its prediction reads (:func:`update_kinds`; the same ``Learner.update`` timed
+198 ms on one day and 283-305 ms on the next while the probe moved 4-7%), are also re-timed just before each
+real run (``--recheck``, the default; :func:`recheck_primitives`, 20-60 s a run): the report prints their
+drift per run and a second prediction, the calibration with that run's re-timed primitives swapped in
+(``rechecked`` in validation.json; every other primitive as calibrated). Both predictions are out of sample:
+no end-to-end figure feeds either. ``measured.json`` keeps the re-timed entries (``env_runner_recheck``; an
+older file's hold the sweep alone), so ``--measured`` regenerates both.
 
 ``--add-learner-primitives`` (with ``--calibration FILE``): measure only the primitives an older calibration
 lacks (RLlib's own ``Learner.update``, DQN's per-step driver calls, a local learner's update with the driver's
@@ -97,6 +98,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from conduit.errors import ConduitError
 from conduit.runtime import hostspeed
 from conduit.sim.params import PLANE_PRIMITIVES_FILE
 from conduit.studies import load_script
@@ -587,8 +589,9 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
     """Run each (workload, side) for real with the study's runner (own interpreter each), ``runs`` times,
     interleaved (every workload and side once, then again: a drift of the host over the session falls on
     every row alike); each (workload, side)'s medians over its runs (:func:`median_of_run_medians`), and the
-    ``recheck(name)`` entries taken just before each run (``[{workload, side, run, entry}]``; none when
-    ``recheck`` is None; ``{workload, side, run, error}`` for one that failed)."""
+    primitives ``recheck(name)`` re-timed just before each run (``[{workload, side, run, entries}]``,
+    ``entries`` a ``{kind: calibration entry}`` mapping; none when ``recheck`` is None; ``{workload, side, run,
+    error}`` for one that failed)."""
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     args = study.parse_args(["--iters", str(iters), "--warmup", str(warmup)])
@@ -601,14 +604,15 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
                 tag = f"{name} [{side}]" + (f" run {run + 1}/{runs}" if runs > 1 else "")
                 if recheck is not None:
                     try:
-                        entry = recheck(name)
+                        entries = recheck(name)
                     except Exception as exc:  # noqa: BLE001 -- the run still counts; the report lists the failed re-timing
                         rechecks.append({"workload": name, "side": side, "run": run,
                                          "error": f"{type(exc).__name__}: {exc}"})
-                        log(f"  {tag}: EnvRunner sweep re-timing failed: {type(exc).__name__}: {exc}")
+                        log(f"  {tag}: re-timing the primitives failed: {type(exc).__name__}: {exc}")
                     else:
-                        rechecks.append({"workload": name, "side": side, "run": run, "entry": entry})
-                        log(f"  {tag}: EnvRunner sweep re-timed: {entry['per_item'] * 1e3:.3f} ms per step")
+                        rechecks.append({"workload": name, "side": side, "run": run, "entries": entries})
+                        log(f"  {tag}: re-timed " + ", ".join(f"{kind} {_cost(kind, e) * 1e3:.3f} ms {_cost_unit(kind, e)}"
+                                                             for kind, e in entries.items()))
                 t0 = time.time()
                 got = study.run_isolated(known[name], side, args)
                 log(f"  {tag}: {len(got)} iterations in {time.time() - t0:.0f} s, load average "
@@ -655,10 +659,68 @@ def recheck_env_runner(configs: Mapping[str, Any], name: str, quick: bool) -> di
     load = os.getloadavg()
     with cal._torch_threads(1):
         m = cal.measure_env_runner(key, cfg, quick)
-    entry = m.to_dict()
+    return _stamped(m.to_dict(), load)
+
+
+def _stamped(entry: dict[str, Any], load: Sequence[float]) -> dict[str, Any]:
+    """A re-timed entry with the host probe now and the load average before it in ``extra``."""
     entry["extra"]["speed_probe"] = hostspeed.probe()
     entry["extra"]["load_average"] = [round(x, 2) for x in load]
     return entry
+
+
+#: the update primitives a re-timing may cover (each the one-thread kind; a local learner's ``_local`` twin)
+UPDATE_KINDS = ("learner_update", "learner_update_call", "gae_connector")
+
+
+def update_kinds(calibration: Mapping[str, Any], configs: Mapping[str, Any], name: str) -> list[str]:
+    """The learner primitives workload ``name``'s prediction reads (:func:`build_workloads`,
+    :func:`sim_workload`): ``learner_update`` (APPO: the learner thread's call; DQN: one update), PPO's whole
+    call and its GAE piece (``learner_update_call``, ``gae_connector``) where the calibration has them, each
+    replaced by its ``_local`` twin where the workload's learner is local and :func:`local_usable` admits the
+    calibration's (the driver's torch threads, wall clock)."""
+    w, cfg = configs[name]
+    key = primitive_key(w.algo, w.env)
+    prims = calibration.get("workload", {})
+    local = int(cfg.num_learners or 0) == 0
+    out = []
+    for kind in UPDATE_KINDS:
+        if kind != "learner_update" and (w.algo != "ppo" or not prims.get(f"{kind}:{key}", {}).get("samples")):
+            continue
+        twin = f"{kind}_local"
+        out.append(twin if local and local_usable(prims.get(f"{twin}:{key}")) else kind)
+    return out
+
+
+def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any], name: str,
+                       quick: bool) -> dict[str, dict[str, Any]]:
+    """``{kind: entry}``: workload ``name``'s EnvRunner sweep (:func:`recheck_env_runner`) and the learner
+    update primitives its prediction reads (:func:`update_kinds`) re-timed now, as the calibration timed them
+    (:func:`conduit.runtime.calibrate.measure_learner` with ``update_only``: the same sweeps, one torch
+    thread and process CPU time; a local learner's, :func:`conduit.runtime.calibrate.measure_local_learner`:
+    the driver's torch threads, wall clock). Each entry carries the host probe and the load average.
+
+    Why the update too: on the 2-core VM the same ``Learner.update`` of 500 APPO large-observation samples
+    timed 198 ms in the 2026-12-05 calibration and 283-305 ms on 2026-12-06, while the host probe moved 4-7%
+    and the EnvRunner sweep 5-15%: the update is the learner-bound workloads' largest primitive, and its drift
+    is not the sweep's."""
+    from conduit.runtime import calibrate as cal
+
+    out = {"env_runner": recheck_env_runner(configs, name, quick)}
+    kinds = update_kinds(calibration, configs, name)
+    key = _recheck_key(configs, name)
+    algo, cfg = calibration_configs(configs)[key]
+    load = os.getloadavg()
+    if any(k.endswith("_local") for k in kinds):
+        ms = cal.measure_local_learner(key, algo, cfg, quick, update_only=True)
+    else:
+        with cal._torch_threads(1):
+            ms = cal.measure_learner(key, algo, cfg, quick, update_only=True)
+    got = {m.name.split(":", 1)[0]: m for m in ms}
+    if missing := [k for k in kinds if k not in got]:
+        raise ConduitError(f"{name}: re-timing measured no {', '.join(missing)}")
+    out.update({k: _stamped(got[k].to_dict(), load) for k in kinds})
+    return out
 
 
 def _recheck_key(configs: Mapping[str, Any], name: str) -> str:
@@ -666,21 +728,49 @@ def _recheck_key(configs: Mapping[str, Any], name: str) -> str:
     return primitive_key(w.algo, w.env)
 
 
-def env_runner_drift(calibration: Mapping[str, Any], configs: Mapping[str, Any],
-                     rechecks: Sequence[Mapping[str, Any]], clock: str = "cpu") -> list[dict[str, Any]]:
-    """Per re-timed run: the calibration's and the re-timed EnvRunner cost per step (``clock`` as the
-    prediction reads them) and the drift ``rechecked / calibrated - 1`` (positive: the host ran the sweep
-    slower just before the run than in the calibration). Runs of workloads not in ``configs`` are skipped."""
+def recheck_entries(r: Mapping[str, Any]) -> dict[str, Any]:
+    """A re-timing record's ``{kind: entry}`` (a file written before the update was re-timed holds one
+    EnvRunner ``entry``); empty for a failed one."""
+    if "entries" in r:
+        return dict(r["entries"])
+    return {"env_runner": r["entry"]} if "entry" in r else {}
+
+
+def _cost(kind: str, entry: Mapping[str, Any]) -> float:
+    """What the drift compares: per env step for the EnvRunner sweep (its slope, what a step costs), else the
+    fitted time at the sweep's largest size (an update of the largest batch timed; a sweep's latency is part
+    of what an update costs)."""
+    sizes = entry.get("sizes") or []
+    if kind == "env_runner" or not sizes:
+        return float(entry["per_item"])
+    return float(entry.get("latency", 0.0)) + float(entry["per_item"]) * float(max(sizes))
+
+
+def _cost_unit(kind: str, entry: Mapping[str, Any]) -> str:
+    sizes = entry.get("sizes") or []
+    return "per env step" if kind == "env_runner" or not sizes else f"at {max(sizes)} {entry.get('unit', 'items')}"
+
+
+def primitive_drift(calibration: Mapping[str, Any], configs: Mapping[str, Any],
+                    rechecks: Sequence[Mapping[str, Any]], clock: str = "cpu") -> list[dict[str, Any]]:
+    """Per re-timed run and primitive: the calibration's and the re-timed cost (:func:`_cost`, ``clock`` as the
+    prediction reads them) and the drift ``rechecked / calibrated - 1`` (positive: the host ran it slower just
+    before the run than in the calibration). Runs of workloads not in ``configs`` and primitives the calibration
+    lacks are skipped."""
     rows = []
     for r in rechecks:
-        if r["workload"] not in configs or "entry" not in r:
+        if r["workload"] not in configs:
             continue
         key = _recheck_key(configs, r["workload"])
-        calibrated = _primitive(calibration, "env_runner", key, clock)["per_item"]
-        now = _primitive({"workload": {f"env_runner:{key}": r["entry"]}}, "env_runner", key, clock)["per_item"]
-        rows.append({"workload": r["workload"], "side": r["side"], "primitive": f"env_runner:{key}",
-                     "calibrated_per_step": calibrated, "rechecked_per_step": now,
-                     "drift": now / calibrated - 1.0 if calibrated > 0 else None})
+        for kind, entry in recheck_entries(r).items():
+            if f"{kind}:{key}" not in calibration.get("workload", {}):
+                continue
+            before = _primitive(calibration, kind, key, clock)
+            now = _primitive({"workload": {f"{kind}:{key}": entry}}, kind, key, clock)
+            calibrated, rechecked = _cost(kind, before), _cost(kind, now)
+            rows.append({"workload": r["workload"], "side": r["side"], "primitive": f"{kind}:{key}", "kind": kind,
+                         "unit": _cost_unit(kind, now), "calibrated": calibrated, "rechecked": rechecked,
+                         "drift": rechecked / calibrated - 1.0 if calibrated > 0 else None})
     return rows
 
 
@@ -693,32 +783,37 @@ def failed_rechecks(rechecks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 def rechecked_predictions(configs: Mapping[str, Any], calibration: Mapping[str, Any],
                           rechecks: Sequence[Mapping[str, Any]], topology: Any, stock: Any,
                           clock: str = "cpu", plane: Any = None) -> dict[tuple[str, str], dict]:
-    """:func:`predict` for each re-timed (workload, side), from the calibration with that run's re-timed
-    EnvRunner sweep in place of the calibration's (with several runs, the run whose re-timed sweep is the
-    median of that workload and side's, :func:`median_rechecks`); every other primitive as calibrated."""
+    """:func:`predict` for each re-timed (workload, side), from the calibration with the re-timed primitives
+    in place of the calibration's (with several runs, each primitive's median run, :func:`median_rechecks`);
+    every other primitive as calibrated."""
     out = {}
     for r in median_rechecks(rechecks):
         name, side = r["workload"], r["side"]
         if name not in configs:
             continue
         key = _recheck_key(configs, name)
-        swapped = {**calibration, "workload": {**calibration.get("workload", {}), f"env_runner:{key}": r["entry"]}}
+        swapped = {**calibration, "workload": {**calibration.get("workload", {}),
+                                               **{f"{kind}:{key}": e for kind, e in r["entries"].items()}}}
         workloads, stocks = build_workloads({name: configs[name]}, swapped, stock, clock)
         out.update(predict(workloads, topology, stock, [side], stocks, plane))
     return out
 
 
-def median_rechecks(rechecks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Per (workload, side), the successful re-timing whose per-step cost is the median of its runs' (the lower
-    of the two middle ones for an even count): a measured entry, not an average of entries."""
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+def median_rechecks(rechecks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (workload, side), ``{workload, side, entries}``: for each re-timed primitive the successful
+    re-timing whose cost (:func:`_cost`) is the median of its runs' (the lower of the two middle ones for an
+    even count): a measured entry, not an average of entries."""
+    groups: dict[tuple[str, str], dict[str, list[Mapping[str, Any]]]] = {}
     for r in rechecks:
-        if "entry" in r:
-            groups.setdefault((r["workload"], r["side"]), []).append(r)
+        for kind, entry in recheck_entries(r).items():
+            groups.setdefault((r["workload"], r["side"]), {}).setdefault(kind, []).append(entry)
     out = []
-    for rs in groups.values():
-        ranked = sorted(rs, key=lambda r: float(r["entry"]["per_item"]))
-        out.append(ranked[(len(ranked) - 1) // 2])
+    for (name, side), kinds in groups.items():
+        entries = {}
+        for kind, es in kinds.items():
+            ranked = sorted(es, key=lambda e, kind=kind: _cost(kind, e))
+            entries[kind] = ranked[(len(ranked) - 1) // 2]
+        out.append({"workload": name, "side": side, "entries": entries})
     return out
 
 
@@ -924,27 +1019,28 @@ def markdown(report: Mapping[str, Any]) -> str:
 
 
 def _recheck_section(rechecked: Mapping[str, Any] | None) -> list[str]:
-    """The report's section on the predictions from the EnvRunner sweep re-timed before each run."""
+    """The report's section on the predictions from the primitives re-timed before each run."""
     if not rechecked or not (rechecked.get("drift") or rechecked.get("failed")):
         return []
-    lines = ["", "## EnvRunner sweep re-timed just before each run", "",
-             ("The same microbenchmark as the calibration's `env_runner` primitive, re-timed before each real "
-              "run; the prediction below swaps it in and keeps every other primitive as calibrated. Drift: "
-              "the re-timed cost over the calibrated one, less one."), "",
-             ("| workload | side | calibrated ms/step | re-timed ms/step | drift | predicted iteration s | "
-              "measured | error |"), "|---|---|---:|---:|---:|---:|---:|---:|"]
-    iteration = {(r["workload"], r["side"]): r for r in rechecked["rows"] if r["metric"] == "iteration_time_s"}
+    lines = ["", "## Primitives re-timed just before each run", "",
+             ("The same microbenchmarks as the calibration's, re-timed before each real run: the EnvRunner sweep "
+              "(ms per env step) and the learner update the prediction reads (ms at the sweep's largest size). The "
+              "prediction below swaps them in and keeps every other primitive as calibrated. Drift: the re-timed "
+              "cost over the calibrated one, less one."), "",
+             "| workload | side | primitive | calibrated ms | re-timed ms | drift |", "|---|---|---|---:|---:|---:|"]
     for d in rechecked["drift"]:
-        r = iteration.get((d["workload"], d["side"]), {})
-        lines.append(f"| {d['workload']} | {d['side']} | {d['calibrated_per_step'] * 1e3:.3f} | "
-                     f"{d['rechecked_per_step'] * 1e3:.3f} | {_f(d['drift'], '+.1%')} | "
-                     f"{_f(r.get('predicted'), '.4g')} | {_f(r.get('measured'), '.4g')} | "
-                     f"{_f(r.get('rel_error'), '+.1%')} |")
+        lines.append(f"| {d['workload']} | {d['side']} | {d['kind']} ({d['unit']}) | {d['calibrated'] * 1e3:.3f} | "
+                     f"{d['rechecked'] * 1e3:.3f} | {_f(d['drift'], '+.1%')} |")
+    lines += ["", "| workload | side | predicted iteration s (re-timed) | measured | error |", "|---|---|---:|---:|---:|"]
+    for r in rechecked["rows"]:
+        if r["metric"] == "iteration_time_s":
+            lines.append(f"| {r['workload']} | {r['side']} | {_f(r.get('predicted'), '.4g')} | "
+                         f"{_f(r.get('measured'), '.4g')} | {_f(r.get('rel_error'), '+.1%')} |")
     lines += ["", "| workload | predicted ratio (re-timed) | measured | difference |", "|---|---:|---:|---:|"]
     for r in rechecked["ratios"]:
         lines.append(f"| {r['workload']} | {_f(r['predicted_ratio'], '.3f')} | {_f(r['measured_ratio'], '.3f')} | "
                      f"{_f(r['difference'], '+.3f')} |")
-    lines += ["", f"Met with the re-timed sweep: {_counts_line(rechecked['counts'])}."]
+    lines += ["", f"Met with the re-timed primitives: {_counts_line(rechecked['counts'])}."]
     lines += [f"- RE-TIMING FAILED: {r['workload']} [{r['side']}]: {r['error']} (predicted from the calibration only)"
               for r in rechecked.get("failed") or []]
     return lines
@@ -1023,8 +1119,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="real runs per workload and side, interleaved; the targets are judged on the medians of "
                         "their medians (one run on a shared 2-core VM moves by 1.2-1.3x)")
     p.add_argument("--recheck", action=argparse.BooleanOptionalAction, default=True,
-                   help="re-time each workload's EnvRunner sweep just before each real run and report the "
-                        "prediction from it next to the calibration's (default: on; about 10-20 s per run)")
+                   help="re-time each workload's EnvRunner sweep and learner update just before each real run "
+                        "and report the prediction from them next to the calibration's (default: on; about "
+                        "20-60 s per run)")
     p.add_argument("--out", type=Path, default=Path("results/validation"))
     args = p.parse_args(argv)
     if args.quick:
@@ -1114,7 +1211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         probe_before = hostspeed.probe()
         # the sweep's sizes as the calibration's (a quick sweep's slope is read at other step counts)
         quick_sweep = (calibration.get("host") or {}).get("mode") == "quick"
-        recheck = (lambda name: recheck_env_runner(configs, name, quick_sweep)) if args.recheck else None
+        recheck = (lambda name: recheck_primitives(configs, calibration, name, quick_sweep)) if args.recheck else None
         meds, rechecks = measure(study, list(workloads), sides, args.iters, args.warmup, recheck=recheck,
                                  runs=args.runs)
         probe_after = hostspeed.probe()
@@ -1135,14 +1232,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratio_rows = ratios(rows)
     rechecked = None
     if rechecks and measured is not None:
-        print("predicting again with the EnvRunner sweep re-timed before each run ...", flush=True)
+        print("predicting again with the primitives re-timed before each run ...", flush=True)
         re_predicted = rechecked_predictions(configs, calibration, rechecks, topology, stock, args.clock, plane)
         re_rows = compare(re_predicted, measured)
         re_ratios = ratios(re_rows)
         # the table: the re-timing each prediction used (the median run's); every run's drift kept in drift_runs
-        rechecked = {"primitive": "env_runner",
-                     "drift": env_runner_drift(calibration, configs, median_rechecks(rechecks), args.clock),
-                     "drift_runs": env_runner_drift(calibration, configs, rechecks, args.clock),
+        rechecked = {"primitives": sorted({k for r in rechecks for k in recheck_entries(r)}),
+                     "drift": primitive_drift(calibration, configs, median_rechecks(rechecks), args.clock),
+                     "drift_runs": primitive_drift(calibration, configs, rechecks, args.clock),
                      "rows": re_rows, "ratios": re_ratios, "misses": misses(re_rows, re_ratios),
                      "counts": target_counts(re_rows, re_ratios),
                      "failed": failed_rechecks(rechecks)}

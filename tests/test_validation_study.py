@@ -558,18 +558,25 @@ def test_target_counts_count_what_the_misses_leave_out(pairs):
     assert counts["ratio"] == [0, 0]
 
 
-def _rechecks(cal: dict, names, factor: float) -> list[dict]:
-    """Re-timed entries: each workload's calibrated EnvRunner sweep ``factor`` times slower."""
+def _rechecks(cal: dict, names, factor: float, kinds=("env_runner",)) -> list[dict]:
+    """Re-timed entries: each workload's calibrated ``kinds`` (a file from before the update was re-timed:
+    ``None``, the EnvRunner sweep alone as ``entry``) ``factor`` times slower."""
     out = []
     study = val.experience_path_study()
     configs = val.study_configs(study, study.parse_args([]), names)
     for name in names:
         key = val._recheck_key(configs, name)
-        entry = json.loads(json.dumps(cal["workload"][f"env_runner:{key}"]))
-        entry["per_item"] *= factor
-        entry["latency"] *= factor
+        entries = {}
+        for kind in kinds or ("env_runner",):
+            entry = json.loads(json.dumps(cal["workload"][f"{kind}:{key}"]))
+            entry["per_item"] *= factor
+            entry["latency"] *= factor
+            if "medians" in entry:
+                entry["medians"] = [m * factor for m in entry["medians"]]
+            entries[kind] = entry
         for side in ("stock", "conduit"):
-            out.append({"workload": name, "side": side, "entry": entry})
+            out.append({"workload": name, "side": side, "run": 0,
+                        **({"entries": entries} if kinds else {"entry": entries["env_runner"]})})
     return out
 
 
@@ -588,9 +595,64 @@ def test_a_rechecked_prediction_swaps_in_only_the_retimed_sweep(factor):
     slower = val.rechecked_predictions(configs, cal, _rechecks(cal, names, factor), topology, STOCK)
     for key, pred in base.items():
         assert slower[key]["iteration_time_s"] > pred["iteration_time_s"]  # a slower sweep, a longer iteration
-    drift = val.env_runner_drift(cal, configs, _rechecks(cal, names, factor))
+    drift = val.primitive_drift(cal, configs, _rechecks(cal, names, factor))
     assert [d["drift"] for d in drift] == pytest.approx([factor - 1.0] * 2)
     assert {(d["workload"], d["side"]) for d in drift} == {(n, s) for n in names for s in ("stock", "conduit")}
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(factor=st.floats(1.2, 2.0))
+def test_a_re_timed_learner_update_moves_only_what_reads_it(factor):
+    """The update re-timed slower: the learner-bound APPO prediction takes longer, by no more than the update
+    itself grew; the drift table names the update; the EnvRunner-only re-timing of the same run predicts as the
+    calibration."""
+    cal = _calibration()
+    names = ["appo-largeobs-2r-1l"]
+    study = val.experience_path_study()
+    configs = val.study_configs(study, study.parse_args([]), names)
+    topology, _ = val.topology_from_calibration(cal)
+    workloads, stocks = val.build_workloads(configs, cal, STOCK)
+    base = val.predict(workloads, topology, STOCK, ["stock", "conduit"], stocks)
+    assert val.rechecked_predictions(configs, cal, _rechecks(cal, names, 1.0, ("env_runner", "learner_update")),
+                                     topology, STOCK) == base
+    slower = val.rechecked_predictions(configs, cal, _rechecks(cal, names, factor, ("learner_update",)),
+                                       topology, STOCK)
+    for key, pred in base.items():
+        assert pred["iteration_time_s"] < slower[key]["iteration_time_s"] <= factor * pred["iteration_time_s"] * 1.001
+    drift = val.primitive_drift(cal, configs, _rechecks(cal, names, factor, ("learner_update",)))
+    assert {d["kind"] for d in drift} == {"learner_update"}
+    assert [d["drift"] for d in drift] == pytest.approx([factor - 1.0] * 2)
+
+
+def _with_local(cal: dict, load: float) -> dict:
+    """``cal`` with the local learner's twins of the update primitives, measured at 1-min load ``load``."""
+    out = json.loads(json.dumps(cal))
+    for key in ("ppo-cartpole", "dqn-cartpole"):
+        for kind in ("learner_update", "learner_update_call", "gae_connector") if key.startswith("ppo") else (
+                "learner_update",):
+            base = out["workload"].get(f"{kind}:{key}") or {"per_item": 1e-5, "latency": 1e-3, "samples": 10,
+                                                            "extra": {}}
+            if kind != "learner_update":
+                out["workload"][f"{kind}:{key}"] = json.loads(json.dumps(base))
+            out["workload"][f"{kind}_local:{key}"] = {**json.loads(json.dumps(base)),
+                                                      "extra": {"load_average": [load, load, load]}}
+    return out
+
+
+def test_the_re_timed_update_is_the_one_the_prediction_reads():
+    study = val.experience_path_study()
+    names = ["ppo-cartpole-2r-local", "ppo-largeobs-2r-1l", "appo-cartpole-2r-1l", "dqn-cartpole-1r"]
+    configs = val.study_configs(study, study.parse_args([]), names)
+    cal = _calibration()
+    assert {n: val.update_kinds(cal, configs, n) for n in names} == {n: ["learner_update"] for n in names}
+    quiet, busy = _with_local(cal, 0.1), _with_local(cal, 50.0)
+    assert val.update_kinds(quiet, configs, "ppo-cartpole-2r-local") == [
+        "learner_update_local", "learner_update_call_local", "gae_connector_local"]
+    assert val.update_kinds(quiet, configs, "dqn-cartpole-1r") == ["learner_update_local"]
+    # a remote learner reads the one-thread update; a local one measured on a busy machine is not read
+    assert val.update_kinds(quiet, configs, "appo-cartpole-2r-1l") == ["learner_update"]
+    assert val.update_kinds(busy, configs, "ppo-cartpole-2r-local") == [
+        "learner_update", "learner_update_call", "gae_connector"]
 
 
 def test_measured_rechecks_regenerate_the_rechecked_report(tmp_path):
@@ -614,7 +676,7 @@ def test_measured_rechecks_regenerate_the_rechecked_report(tmp_path):
     assert re["counts"] == val.target_counts(re["rows"], re["ratios"])
     assert report["counts"] == val.target_counts(report["rows"], report["ratios"])
     text = (out / "validation.md").read_text()
-    assert "## EnvRunner sweep re-timed just before each run" in text and "+25.0%" in text
+    assert "## Primitives re-timed just before each run" in text and "+25.0%" in text
 
 
 def test_without_rechecks_the_report_has_no_rechecked_section(tmp_path):
@@ -651,13 +713,13 @@ def test_a_failed_re_timing_is_reported_and_the_run_still_counts():
     def recheck(name):
         if name == "b":
             raise RuntimeError("env creator failed")
-        return {"per_item": 1e-3}
+        return {"env_runner": {"per_item": 1e-3}}
 
     meds, rechecks = val.measure(study, ["a", "b"], ["stock", "conduit"], 2, 1, log=lambda *_: None,
                                  recheck=recheck)
     assert study.runs == [("a", "stock"), ("a", "conduit"), ("b", "stock"), ("b", "conduit")]
     assert set(meds) == set(study.runs)
-    assert [(r["workload"], r["side"], "entry" in r) for r in rechecks] == [
+    assert [(r["workload"], r["side"], "entries" in r) for r in rechecks] == [
         ("a", "stock", True), ("a", "conduit", True), ("b", "stock", False), ("b", "conduit", False)]
     assert all("RuntimeError: env creator failed" in r["error"] for r in rechecks if r["workload"] == "b")
     failed = {"drift": [], "rows": [], "ratios": [], "counts": {"ratio": [0, 0]},
@@ -689,6 +751,30 @@ def test_the_large_obs_sweep_is_re_timed_after_a_ray_session_ended():
     assert entry["name"] == "env_runner:ppo-largeobs" and entry["per_item"] > 0
     assert entry["extra"]["bytes_per_step"] > 84 * 84 * 4  # the large observations, not a fallback env
     assert entry["extra"]["speed_probe"]["total_s"] > 0
+
+
+@pytest.mark.parametrize("name", ["appo-cartpole-2r-1l", "dqn-cartpole-1r"])
+def test_the_update_is_re_timed_as_the_calibration_timed_it(name):
+    """A remote learner's one-thread ``Learner.update`` (APPO's learner-thread call) and a local learner's
+    twin (DQN, wall clock with the driver's torch threads), each beside the EnvRunner sweep, with the same
+    sweep sizes as the calibration's and the host probe and load stamped on each."""
+    study = val.experience_path_study()
+    configs = val.study_configs(study, study.parse_args([]), [name])
+    cal = _with_local(_calibration(), 0.0)
+    got = val.recheck_primitives(configs, cal, name, quick=True)
+    kinds = val.update_kinds(cal, configs, name)
+    assert set(got) == {"env_runner", *kinds}
+    assert kinds == (["learner_update"] if name.startswith("appo") else ["learner_update_local"])
+    key = val._recheck_key(configs, name)
+    for kind, entry in got.items():
+        assert entry["name"] == f"{kind}:{key}" and entry["per_item"] > 0 and entry["samples"] > 0
+        assert entry["extra"]["speed_probe"]["total_s"] > 0 and len(entry["extra"]["load_average"]) == 3
+    if name.startswith("appo"):  # whole fragments of the config, as the calibration sweeps them
+        _, cfg = configs[name]
+        fragment = cfg.get_rollout_fragment_length(worker_index=1)
+        assert all(n % fragment == 0 for n in got["learner_update"]["sizes"])
+    else:
+        assert got["learner_update_local"]["extra"]["torch_threads"] >= 1
 
 
 @given(cpu=times, wall=times, get_share=st.floats(0.0, 1.0))
@@ -742,12 +828,18 @@ def test_zero_runs_are_refused():
 
 @given(costs=st.lists(st.floats(1e-4, 1e-2), min_size=1, max_size=6))
 def test_the_re_timed_prediction_uses_the_median_runs_sweep(costs):
-    rechecks = [{"workload": "a", "side": "stock", "run": i, "entry": {"per_item": c}} for i, c in enumerate(costs)]
+    rechecks = [{"workload": "a", "side": "stock", "run": i, "entries": {
+        "env_runner": {"per_item": c},
+        "learner_update": {"per_item": c / 100, "latency": 1e-3 - c / 10, "sizes": [10, 100]}}}
+        for i, c in enumerate(costs)]
     rechecks.append({"workload": "a", "side": "stock", "run": len(costs), "error": "RuntimeError: x"})
     chosen = val.median_rechecks(rechecks)
     assert len(chosen) == 1
     ranked = sorted(costs)
-    assert chosen[0]["entry"]["per_item"] == ranked[(len(ranked) - 1) // 2]
+    assert chosen[0]["entries"]["env_runner"]["per_item"] == ranked[(len(ranked) - 1) // 2]
+    # the update's median by its cost at the largest size (1 ms - c/10 + c: rising with c), picked on its own
+    update = chosen[0]["entries"]["learner_update"]
+    assert update["per_item"] == ranked[(len(ranked) - 1) // 2] / 100
 
 
 def test_the_runs_section_lists_each_runs_iteration_and_the_spread():

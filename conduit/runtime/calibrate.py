@@ -1517,7 +1517,7 @@ def measure_module(name: str, algo: str, config, quick: bool = False) -> list[Wo
 
 
 def measure_learner(name: str, algo: str, config, quick: bool = False,
-                    team: bool = False) -> list[WorkloadMeasurement]:
+                    team: bool = False, update_only: bool = False) -> list[WorkloadMeasurement]:
     """RLlib's own ``Learner.update`` as the real run calls it, and (DQN) the driver's per-step calls.
 
     ``learner_update:<name>`` replaces :func:`measure_module`'s proxy (``forward_train`` plus a sum of
@@ -1544,7 +1544,11 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
     pieces: n-step next observations, ``NumpyToTensor``).
 
     ``team``: also ``torch_team:<name>`` (:func:`measure_torch_team`) on the update closest to the
-    config's batch, with the torch threads in force (a local learner's: :func:`measure_local_learner`)."""
+    config's batch, with the torch threads in force (a local learner's: :func:`measure_local_learner`).
+
+    ``update_only``: the update primitives alone (``learner_update``, and PPO's ``learner_update_call`` and
+    ``gae_connector``, which one timed round measures together), the same sweeps as a full measurement: what a
+    validation run re-times just before it starts (``studies/validation.py: recheck_primitives``)."""
     from ray.rllib.core.learner.training_data import TrainingData
     from ray.rllib.policy.sample_batch import MultiAgentBatch
     from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
@@ -1586,21 +1590,22 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
                 learner.update(batch=batches[n], minibatch_size=n, num_epochs=1, timesteps=ts)
 
             out += _ppo_learner_iteration(name, cfg, runner, learner, ts, quick)
+        elif update_only:
+            buffer = _replay_buffer(dict(cfg.replay_buffer_config))
+            _fill_replay(buffer, runner, cfg, sizes)
+            drawn = {n: _draw_replay(buffer, cfg, n) for n in sizes}
+            batches = {n: learner._make_batch_if_necessary(TrainingData(episodes=drawn[n])) for n in sizes}
+
+            def update(n: int) -> None:
+                learner.update(batch=batches[n], timesteps=ts)
         else:
             from ray.rllib.utils.replay_buffers.utils import update_priorities_in_episode_replay_buffer
 
-            rb_cfg = dict(cfg.replay_buffer_config)
-            buffer = _replay_buffer(rb_cfg)
-            steps = max(1, _fragment_steps(cfg))
-            for _ in range(max(64, 2 * max(sizes) // steps)):
-                buffer.add(runner.sample(num_timesteps=steps, random_actions=True))
-            beta = rb_cfg.get("beta")
+            buffer = _replay_buffer(dict(cfg.replay_buffer_config))
+            steps = _fill_replay(buffer, runner, cfg, sizes)
 
             def draw(n: int):
-                kw = {"beta": beta} if beta is not None else {}
-                got = buffer.sample(num_items=n, n_step=cfg.n_step, gamma=cfg.gamma, sample_episodes=True, **kw)
-                buffer.get_metrics()
-                return got
+                return _draw_replay(buffer, cfg, n)
 
             drawn = {n: draw(n) for n in sizes}
             batches = {n: learner._make_batch_if_necessary(TrainingData(episodes=drawn[n])) for n in sizes}
@@ -1668,7 +1673,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
         for m in out:
             if m.unit == "calls":  # n calls per sweep point: the per-call time is the fitted slope
                 m.latency = 1.0 / m.bandwidth
-        if algo != "dqn":  # (DQN's is measured above, with the metrics its driver aggregates)
+        if algo != "dqn" and not update_only:  # (DQN's is measured above, with the metrics its driver aggregates)
             fragment = _fragment_steps(cfg)
             out.append(_runner_call_extras(name, algo, runner, fragment, quick)[0])
         if team:
@@ -1681,6 +1686,25 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
         _stop_learner(learner)
         with contextlib.suppress(Exception):
             runner.stop()
+
+
+def _fill_replay(buffer: Any, runner: Any, cfg: Any, sizes: Sequence[int]) -> int:
+    """Fill a DQN replay buffer with random-action fragments (enough for twice the largest draw, at least 64
+    sample calls); the fragment's env steps."""
+    steps = max(1, _fragment_steps(cfg))
+    for _ in range(max(64, 2 * max(sizes) // steps)):
+        buffer.add(runner.sample(num_timesteps=steps, random_actions=True))
+    return steps
+
+
+def _draw_replay(buffer: Any, cfg: Any, n: int) -> Any:
+    """One draw of ``n`` items as DQN's training step makes it (``sample_episodes=True`` with the config's
+    n-step, gamma and beta), plus the buffer's ``get_metrics``."""
+    beta = dict(cfg.replay_buffer_config).get("beta")
+    kw = {"beta": beta} if beta is not None else {}
+    got = buffer.sample(num_items=n, n_step=cfg.n_step, gamma=cfg.gamma, sample_episodes=True, **kw)
+    buffer.get_metrics()
+    return got
 
 
 def _stop_learner(learner: Any) -> None:
@@ -1955,19 +1979,21 @@ def measure_torch_team(name: str, update: Callable[[], Any], what: str, quick: b
                "load_average": list(os.getloadavg()), **extra})
 
 
-def measure_local_learner(name: str, algo: str, config, quick: bool = False) -> list[WorkloadMeasurement]:
+def measure_local_learner(name: str, algo: str, config, quick: bool = False,
+                          update_only: bool = False) -> list[WorkloadMeasurement]:
     """``learner_update_local:<name>``: :func:`measure_learner`'s ``Learner.update`` with torch's default
     thread count, in **wall-clock** time, as a local learner (``num_learners=0``) runs it: in the driver
     process, where Ray does not set ``OMP_NUM_THREADS=1`` (it does so only in its workers) and torch
     keeps one intra-op thread per core. The CPU time of several threads would overstate the update's
     duration, so the latency and rate are refitted from the wall medians: valid only on a quiet
     machine (the load average is recorded with it). With it, ``torch_team:<name>`` (:func:`measure_torch_team`):
-    what those threads cost the node's other processes."""
+    what those threads cost the node's other processes (not with ``update_only``: the update primitives
+    alone, as :func:`measure_learner`'s)."""
     import torch
 
     threads = max(1, int(os.cpu_count() or 1))
     with _torch_threads(threads):
-        ms = [m for m in measure_learner(name, algo, config, quick, team=True)
+        ms = [m for m in measure_learner(name, algo, config, quick, team=not update_only, update_only=update_only)
               if m.name.startswith(("learner_update:", "learner_update_call:", "gae_connector:", "torch_team:"))]
     out = [m for m in ms if m.name.startswith("torch_team:")]
     for m in ms:
