@@ -240,6 +240,32 @@ def test_dqn_weight_sync_holds_the_driver_and_runs_set_state_before_each_runners
         assert seg["sampling"] == pytest.approx(sample, rel=1e-9, abs=1e-12)
 
 
+# ---------------------------------------------------------------- a local PPO learner is called in place
+@SETTINGS
+@given(runners=st.integers(1, 4), local=st.booleans(), rtt_ms=st.floats(0.5, 20.0), driver_ms=st.floats(0.0, 0.5),
+       serialize=st.sampled_from([math.inf, 1e8, 1e9]), call_ms=st.floats(0.0, 1.0))
+def test_a_local_ppo_learner_is_called_in_place(runners, local, rtt_ms, driver_ms, serialize, call_ms):
+    """``learner_group.py: LearnerGroup.update``: with ``num_learners=0`` (``is_local``) the driver calls
+    ``self._learner.update(...)`` itself -- no shard pickled, no call, no get -- so the driver-to-learner segment
+    *b* is one in-process call (``local_call_overhead``) whatever the RPC and serialisation cost; a remote
+    learner's *b* pays the pickling on the driver's thread and half a round trip."""
+    zero = {f.name: 0.0 for f in fields(StockCosts)}
+    zero["deserialize_bandwidth"] = math.inf
+    stock = StockCosts(**{**zero, "serialize_bandwidth": serialize, "rpc_overhead": rtt_ms * 1e-3,
+                          "rpc_driver_cpu": driver_ms * 1e-3, "local_call_overhead": call_ms * 1e-3})
+    wl = {"base": "ppo", "env_runners": runners, "envs_per_runner": 1, "fragment_length": 50, "bytes_per_step": 4096,
+          "env_step_time": 1e-4, "env_step_cv": 0.0, "inference_time": 0.0, "runner_call_overhead": 0.0,
+          "train_batch_per_learner": 50 * runners, "learners": 1, "local_learner": local, "frame_stack": 1}
+    sim, _ = run(topology(gpus=1), wl, iterations=3, stock=stock)
+    for it in (1, 2):
+        b = sim.rec.segments[it]["b"]
+        if local:
+            assert b == pytest.approx(call_ms * 1e-3, rel=1e-9, abs=1e-12)
+        else:
+            assert b >= driver_ms * 1e-3 + (rtt_ms - driver_ms) * 1e-3 / 2 - 1e-12
+    assert sim.stock_calls["update_call"] == 3
+
+
 # ---------------------------------------------------------------- PPO's "auto" fragment keeps batches exact
 @given(runners=st.integers(1, 64), learners=st.integers(1, 4), batch=st.integers(1, 5000),
        fragment=st.integers(1, 4000))

@@ -15,8 +15,9 @@ tenants' time on a core does not count, only their effect on the speed of this w
 median of ``reps`` runs.
 
 It tracks the host only in part: between 01:56 and 02:50 one night it moved +7% while the EnvRunner
-microbenchmark moved +24%. A drift it reports is a lower bound; the faithful probe is the workloads' own
-EnvRunner sweep re-timed next to the runs.
+microbenchmark moved +24%, and between 2026-12-05 and 12-06 it moved 4-7% while the same APPO
+``Learner.update`` moved +40%. A drift it reports is a lower bound; the faithful probes are the workloads'
+own primitives (the EnvRunner sweep and the learner update) re-timed next to the runs.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ Stock RLlib 2.60, step by step (files under ``ray/rllib/``):
    TrainingData.shard`` (``ShardEpisodesIterator``: one equal shard per learner) -> ``foreach_actor(
    "update", kwargs=shards)``: the driver pickles each shard as a call argument (its arrays copied
    into the object store) one after another on its thread; the calls' round trips overlap; each
-   learner resolves its shard (transfer + zero-copy get) -- segment *b*.
+   learner resolves its shard (transfer + zero-copy get) -- segment *b*. A local learner
+   (``num_learners=0``, ``LearnerGroup.is_local``) is called in place: ``self._learner.update(...)`` on
+   the driver's thread, no pickling, no call, no get.
 4. In the learner, ``Learner._make_batch_if_necessary`` runs the learner connector pipeline over the
    whole shard (*c*; with ``frame_stack > 1`` it is ``FrameStackingLearner``, as RLlib's Atari
    recipe ``tuned_examples/ppo/atari_ppo.py`` does: the wire carries one frame per step, the batch
@@ -200,9 +202,12 @@ class PpoLoop:
             cids = state.assigned[lr.id]
             nbytes = len(cids) * w.chunk_bytes
             episodes = len(cids) * w.chunk_episodes
-            # the shard becomes a call argument: pickled, its arrays put into the object store, then
-            # the call is submitted; the driver goes on to the next shard without waiting
-            yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(episodes, nbytes))
+            if w.local_learner:  # learner_group.py: LearnerGroup.update, is_local: self._learner.update(...)
+                yield from self.on_driver(s.local_call_overhead)
+            else:
+                # the shard becomes a call argument: pickled, its arrays put into the object store, then
+                # the call is submitted; the driver goes on to the next shard without waiting
+                yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(episodes, nbytes))
             self.stock_calls["update_call"] += 1
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
@@ -233,11 +238,14 @@ class PpoLoop:
     def stock_deliver_shard(self, lr: LearnerRole, cids: list[int], nbytes: float, episodes: float,
                             state: _PpoIteration, t_b: float) -> Generator:
         """Step 3's learner side and step 4: the call reaches the learner (half a round trip), its
-        shard is pulled and read zero-copy, then connector, to-tensor, pageable copy and GAE."""
+        shard is pulled and read zero-copy, then connector, to-tensor, pageable copy and GAE. A local
+        learner's shard is the driver's own episodes: the connector and to-tensor run on the driver's
+        thread (as :meth:`~conduit.sim.dqn.DqnLoop._stock_dqn_batch`'s)."""
         s, w, k = self.stock, self.workload, state.k
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
-        yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-        yield from self.cpu(lr.node, s.shard_deserialize(episodes, nbytes))
+        if not w.local_learner:
+            yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+            yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
+            yield from self.cpu(lr.node, s.shard_deserialize(episodes, nbytes))
         for cid in cids:
             if not self.move_now(cid, lr.pageable):
                 yield from self.move_to(cid, lr.pageable)
@@ -247,9 +255,10 @@ class PpoLoop:
         t_c = self.env.now
         samples = len(cids) * w.chunk_steps
         built = nbytes * w.frame_stack  # FrameStackingLearner: the built batch holds frame_stack frames
-        yield from self.cpu(lr.node, s.connector(samples / w.steps_per_row, built))
+        work = self.on_driver if w.local_learner else (lambda seconds: self.cpu(lr.node, seconds))
+        yield from work(s.connector(samples / w.steps_per_row, built))
         t_d = self.env.now
-        yield from self.cpu(lr.node, s.to_tensor(built))
+        yield from work(s.to_tensor(built))
         yield from self.copy_to_device(lr, built, pinned=False)
         for cid in cids:
             if not self.move_now(cid, lr.device_tier):
