@@ -93,6 +93,7 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -739,11 +740,12 @@ def recheck_entries(r: Mapping[str, Any]) -> dict[str, Any]:
 def _cost(kind: str, entry: Mapping[str, Any]) -> float:
     """What the drift compares: per env step for the EnvRunner sweep (its slope, what a step costs), else the
     fitted time at the sweep's largest size (an update of the largest batch timed; a sweep's latency is part
-    of what an update costs)."""
+    of what an update costs; PPO's whole call is fitted per sample per epoch, ``extra.epochs_timed``)."""
     sizes = entry.get("sizes") or []
     if kind == "env_runner" or not sizes:
         return float(entry["per_item"])
-    return float(entry.get("latency", 0.0)) + float(entry["per_item"]) * float(max(sizes))
+    epochs = float((entry.get("extra") or {}).get("epochs_timed", 1))
+    return float(entry.get("latency", 0.0)) + float(entry["per_item"]) * float(max(sizes)) * epochs
 
 
 def _cost_unit(kind: str, entry: Mapping[str, Any]) -> str:
@@ -753,7 +755,8 @@ def _cost_unit(kind: str, entry: Mapping[str, Any]) -> str:
 
 def primitive_drift(calibration: Mapping[str, Any], configs: Mapping[str, Any],
                     rechecks: Sequence[Mapping[str, Any]], clock: str = "cpu") -> list[dict[str, Any]]:
-    """Per re-timed run and primitive: the calibration's and the re-timed cost (:func:`_cost`, ``clock`` as the
+    """Per re-timed run (or per workload, for :func:`median_rechecks`' pooled entries: side ``all``) and
+    primitive: the calibration's and the re-timed cost (:func:`_cost`, ``clock`` as the
     prediction reads them) and the drift ``rechecked / calibrated - 1`` (positive: the host ran it slower just
     before the run than in the calibration). Runs of workloads not in ``configs`` and primitives the calibration
     lacks are skipped."""
@@ -768,7 +771,8 @@ def primitive_drift(calibration: Mapping[str, Any], configs: Mapping[str, Any],
             before = _primitive(calibration, kind, key, clock)
             now = _primitive({"workload": {f"{kind}:{key}": entry}}, kind, key, clock)
             calibrated, rechecked = _cost(kind, before), _cost(kind, now)
-            rows.append({"workload": r["workload"], "side": r["side"], "primitive": f"{kind}:{key}", "kind": kind,
+            rows.append({"workload": r["workload"], "side": r.get("side", "all"), "primitive": f"{kind}:{key}",
+                         "kind": kind,
                          "unit": _cost_unit(kind, now), "calibrated": calibrated, "rechecked": rechecked,
                          "drift": rechecked / calibrated - 1.0 if calibrated > 0 else None})
     return rows
@@ -783,37 +787,44 @@ def failed_rechecks(rechecks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 def rechecked_predictions(configs: Mapping[str, Any], calibration: Mapping[str, Any],
                           rechecks: Sequence[Mapping[str, Any]], topology: Any, stock: Any,
                           clock: str = "cpu", plane: Any = None) -> dict[tuple[str, str], dict]:
-    """:func:`predict` for each re-timed (workload, side), from the calibration with the re-timed primitives
-    in place of the calibration's (with several runs, each primitive's median run, :func:`median_rechecks`);
-    every other primitive as calibrated."""
+    """:func:`predict` for each re-timed workload, every side it was re-timed for, from the calibration with
+    the re-timed primitives in place of the calibration's (each primitive's median over the workload's
+    re-timings, both sides and every run pooled: :func:`median_rechecks`); every other primitive as
+    calibrated. Both sides read the same primitives, so the predicted conduit/stock ratio moves with the
+    host's drift, not with the noise between two microbenchmarks taken a minute apart."""
     out = {}
     for r in median_rechecks(rechecks):
-        name, side = r["workload"], r["side"]
+        name = r["workload"]
         if name not in configs:
             continue
         key = _recheck_key(configs, name)
         swapped = {**calibration, "workload": {**calibration.get("workload", {}),
                                                **{f"{kind}:{key}": e for kind, e in r["entries"].items()}}}
         workloads, stocks = build_workloads({name: configs[name]}, swapped, stock, clock)
-        out.update(predict(workloads, topology, stock, [side], stocks, plane))
+        out.update(predict(workloads, topology, stock, r["sides"], stocks, plane))
     return out
 
 
 def median_rechecks(rechecks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per (workload, side), ``{workload, side, entries}``: for each re-timed primitive the successful
-    re-timing whose cost (:func:`_cost`) is the median of its runs' (the lower of the two middle ones for an
-    even count): a measured entry, not an average of entries."""
-    groups: dict[tuple[str, str], dict[str, list[Mapping[str, Any]]]] = {}
+    """Per workload, ``{workload, sides, entries}``: for each re-timed primitive the successful re-timing
+    whose cost (:func:`_cost`) is the median of the workload's (its sides' and runs' pooled; the lower of
+    the two middle ones for an even count): a measured entry, not an average of entries. ``sides``: the
+    sides with a successful re-timing, in their first order."""
+    groups: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
+    sides: dict[str, list[str]] = {}
     for r in rechecks:
-        for kind, entry in recheck_entries(r).items():
-            groups.setdefault((r["workload"], r["side"]), {}).setdefault(kind, []).append(entry)
+        entries = recheck_entries(r)
+        if entries and r["side"] not in sides.setdefault(r["workload"], []):
+            sides[r["workload"]].append(r["side"])
+        for kind, entry in entries.items():
+            groups.setdefault(r["workload"], {}).setdefault(kind, []).append(entry)
     out = []
-    for (name, side), kinds in groups.items():
+    for name, kinds in groups.items():
         entries = {}
         for kind, es in kinds.items():
             ranked = sorted(es, key=lambda e, kind=kind: _cost(kind, e))
             entries[kind] = ranked[(len(ranked) - 1) // 2]
-        out.append({"workload": name, "side": side, "entries": entries})
+        out.append({"workload": name, "sides": sides[name], "entries": entries})
     return out
 
 
@@ -1025,12 +1036,15 @@ def _recheck_section(rechecked: Mapping[str, Any] | None) -> list[str]:
     lines = ["", "## Primitives re-timed just before each run", "",
              ("The same microbenchmarks as the calibration's, re-timed before each real run: the EnvRunner sweep "
               "(ms per env step) and the learner update the prediction reads (ms at the sweep's largest size). The "
-              "prediction below swaps them in and keeps every other primitive as calibrated. Drift: the re-timed "
-              "cost over the calibrated one, less one."), "",
-             "| workload | side | primitive | calibrated ms | re-timed ms | drift |", "|---|---|---|---:|---:|---:|"]
+              "prediction below swaps in each one's median over the workload's re-timings (both sides, every run) "
+              "and keeps every other primitive as calibrated. Drift: that median over the calibrated cost, less "
+              "one; every re-timing is in validation.json (`rechecked.drift_runs`)."), "",
+             "| workload | primitive | calibrated ms | re-timed ms (median) | drift | re-timings |",
+             "|---|---|---:|---:|---:|---:|"]
+    runs = Counter((d["workload"], d["kind"]) for d in rechecked.get("drift_runs") or [])
     for d in rechecked["drift"]:
-        lines.append(f"| {d['workload']} | {d['side']} | {d['kind']} ({d['unit']}) | {d['calibrated'] * 1e3:.3f} | "
-                     f"{d['rechecked'] * 1e3:.3f} | {_f(d['drift'], '+.1%')} |")
+        lines.append(f"| {d['workload']} | {d['kind']} ({d['unit']}) | {d['calibrated'] * 1e3:.3f} | "
+                     f"{d['rechecked'] * 1e3:.3f} | {_f(d['drift'], '+.1%')} | {runs[(d['workload'], d['kind'])]} |")
     lines += ["", "| workload | side | predicted iteration s (re-timed) | measured | error |", "|---|---|---:|---:|---:|"]
     for r in rechecked["rows"]:
         if r["metric"] == "iteration_time_s":

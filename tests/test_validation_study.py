@@ -669,7 +669,8 @@ def test_measured_rechecks_regenerate_the_rechecked_report(tmp_path):
                      str(tmp_path / "measured.json"), "--out", str(out), "--workloads", ",".join(names)]) == 0
     report = json.loads((out / "validation.json").read_text())
     re = report["rechecked"]
-    assert [d["drift"] for d in re["drift"]] == pytest.approx([0.25] * 4)
+    assert [d["drift"] for d in re["drift"]] == pytest.approx([0.25] * 2)  # per workload, both sides pooled
+    assert [d["drift"] for d in re["drift_runs"]] == pytest.approx([0.25] * 4)  # every re-timing
     assert {(r["workload"], r["side"], r["metric"]) for r in re["rows"]} == {
         (r["workload"], r["side"], r["metric"]) for r in report["rows"]}
     assert all(r["measured"] is not None for r in re["rows"])
@@ -833,13 +834,24 @@ def test_the_re_timed_prediction_uses_the_median_runs_sweep(costs):
         "learner_update": {"per_item": c / 100, "latency": 1e-3 - c / 10, "sizes": [10, 100]}}}
         for i, c in enumerate(costs)]
     rechecks.append({"workload": "a", "side": "stock", "run": len(costs), "error": "RuntimeError: x"})
-    chosen = val.median_rechecks(rechecks)
-    assert len(chosen) == 1
+    rechecks.append({"workload": "a", "side": "conduit", "run": 0, "entries": {"env_runner": {"per_item": 1.0}}})
+    chosen = val.median_rechecks(rechecks + [{"workload": "b", "side": "stock", "run": 0, "error": "x"}])
+    assert len(chosen) == 1 and chosen[0]["sides"] == ["stock", "conduit"]  # pooled; b has none
+    costs = [*costs, 1.0]  # the conduit side's re-timing joins the stock side's
     ranked = sorted(costs)
     assert chosen[0]["entries"]["env_runner"]["per_item"] == ranked[(len(ranked) - 1) // 2]
     # the update's median by its cost at the largest size (1 ms - c/10 + c: rising with c), picked on its own
-    update = chosen[0]["entries"]["learner_update"]
+    update = chosen[0]["entries"]["learner_update"]  # (only the stock side's runs re-timed it)
+    ranked = sorted(costs[:-1])
     assert update["per_item"] == ranked[(len(ranked) - 1) // 2] / 100
+
+
+@given(latency=times, per_item=times, epochs=st.integers(1, 30), top=st.integers(1, 4000))
+def test_the_drift_compares_an_update_at_its_largest_size_with_every_epoch(latency, per_item, epochs, top):
+    call = {"latency": latency, "per_item": per_item, "sizes": [1, top], "extra": {"epochs_timed": epochs}}
+    assert val._cost("learner_update_call", call) == pytest.approx(latency + per_item * top * epochs)
+    assert val._cost("learner_update", {**call, "extra": {}}) == pytest.approx(latency + per_item * top)
+    assert val._cost("env_runner", call) == per_item  # per env step: the sweep's slope
 
 
 def test_the_runs_section_lists_each_runs_iteration_and_the_spread():
