@@ -153,6 +153,25 @@ def test_a_dearer_round_trip_makes_ppo_sooner_by_at_most_the_value_streams_tail(
     assert dear.sim_time >= cheap.sim_time * (1 - 0.01)
 
 
+@SETTINGS
+@given(local=st.booleans(), pickling=st.floats(0.5, 2.0))
+def test_a_local_ppo_learner_is_called_in_place_under_enable(local, pickling):
+    """``LearnerGroup.update`` with ``num_learners=0`` calls the learner in the driver (``is_local``): the update
+    call pickles nothing, so what a remote call's argument costs (``shard_serialize_per_episode``, here 0.5-2 s a
+    ticket: longer than the value stream's tail, which a cheaper call hides) does not touch a local learner's
+    run, and delays a remote one's."""
+    topo = tiny(gpus=1)
+    over = {"local_learner": local, "learners": 1, "env_runners": 2}
+    free, dear = (simulate(topo, "ppo", "conduit", iterations=2, overrides=over,
+                           stock_costs=replace(StockCosts(), shard_serialize_per_episode=cost))
+                  for cost in (0.0, pickling))
+    assert free.audit.violations == 0 and dear.audit.violations == 0
+    if local:
+        assert dear.sim_time == free.sim_time
+    else:
+        assert dear.sim_time > free.sim_time
+
+
 def test_free_plane_calls_and_copies_cost_nothing_on_the_plane():
     """With every plane cost at zero (``PlaneCosts.scaled(0)``) what remains is RLlib's control path
     and the learner's pipeline: never slower than with the measured plane costs."""

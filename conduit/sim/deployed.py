@@ -441,15 +441,20 @@ class DeployedRoute:
     def deployed_ppo_driver(self, state: Any) -> Generator:
         """``PPO.training_step`` with placeholders: every runner's ticket comes back through the
         overlapping ``sample()`` round trips, then one ``update`` call per learner (the tickets as its
-        argument; RLlib shards zero-length tickets all onto learner 0: the call's size is negligible)."""
+        argument; RLlib shards zero-length tickets all onto learner 0: the call's size is negligible). A local
+        learner (``num_learners=0``) is called in place (``learner_group.py: LearnerGroup.update``, ``is_local``)."""
         s = self.stock
         fetches = [self.env.process(self._deployed_ticket(r, state)) for r in self.layout.runners]
         yield simpy.AllOf(self.env, fetches)
         tickets = len(self.layout.runners)
         for lr in state.learners:
-            yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(tickets / len(state.learners), 0.0))
+            if self.workload.local_learner:
+                yield from self.on_driver(s.local_call_overhead)
+                state.update_call[lr.id].succeed()
+            else:
+                yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(tickets / len(state.learners), 0.0))
+                self.env.process(self._deployed_call_arrives(state.update_call[lr.id]))
             self.stock_calls["update_call"] += 1
-            self.env.process(self._deployed_call_arrives(state.update_call[lr.id]))
 
     def _deployed_ticket(self, runner: RunnerRole, state: Any) -> Generator:
         s = self.stock
