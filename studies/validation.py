@@ -101,6 +101,7 @@ from typing import Any
 
 from conduit.errors import ConduitError
 from conduit.runtime import hostspeed
+from conduit.runtime.proccpu import busy_cores
 from conduit.sim.params import PLANE_PRIMITIVES_FILE
 from conduit.studies import load_script
 
@@ -326,6 +327,8 @@ def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]
 
 #: a wall-clock primitive is used only when measured at a load average below this, per core
 QUIET_LOAD_PER_CORE = 1.0
+#: busy cores (every process, over the second before a re-timing) below which the machine counts as quiet
+QUIET_BUSY_CORES = 0.5
 
 
 def ppo_update_call(prims: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -356,11 +359,16 @@ def local_learner_update(prims: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def local_usable(entry: Mapping[str, Any] | None) -> bool:
-    """A ``learner_update_local`` entry measured, and on a quiet machine (its 1-min load average below
-    :data:`QUIET_LOAD_PER_CORE` per core): wall-clock time on a loaded machine measures the load."""
+    """A ``learner_update_local`` entry measured, and on a quiet machine: wall-clock time on a loaded machine
+    measures the load. Quiet: the cores other processes kept busy just before it (``extra.busy_cores``, a
+    re-timing's :func:`conduit.runtime.proccpu.busy_cores`) below :data:`QUIET_BUSY_CORES`; for an entry
+    without it (a calibration's), its 1-min load average below :data:`QUIET_LOAD_PER_CORE` per core."""
     if not entry or not entry.get("samples"):
         return False
-    load = (entry.get("extra") or {}).get("load_average") or [math.inf]
+    extra = entry.get("extra") or {}
+    if extra.get("busy_cores") is not None:
+        return float(extra["busy_cores"]) < QUIET_BUSY_CORES
+    load = extra.get("load_average") or [math.inf]
     return float(load[0]) < QUIET_LOAD_PER_CORE * (os.cpu_count() or 1)
 
 
@@ -699,7 +707,8 @@ def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any
     update primitives its prediction reads (:func:`update_kinds`) re-timed now, as the calibration timed them
     (:func:`conduit.runtime.calibrate.measure_learner` with ``update_only``: the same sweeps, one torch
     thread and process CPU time; a local learner's, :func:`conduit.runtime.calibrate.measure_local_learner`:
-    the driver's torch threads, wall clock). Each entry carries the host probe and the load average.
+    the driver's torch threads, wall clock, with the cores the machine kept busy in the second before it,
+    ``extra.busy_cores``, for :func:`local_usable`). Each entry carries the host probe and the load average.
 
     Why the update too: on the 2-core VM the same ``Learner.update`` of 500 APPO large-observation samples
     timed 198 ms in the 2026-12-05 calibration and 283-305 ms on 2026-12-06, while the host probe moved 4-7%
@@ -712,7 +721,9 @@ def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any
     key = _recheck_key(configs, name)
     algo, cfg = calibration_configs(configs)[key]
     load = os.getloadavg()
+    busy = None
     if any(k.endswith("_local") for k in kinds):
+        busy = busy_cores(1.0)  # the quiet-machine test of a wall-clock twin (local_usable)
         ms = cal.measure_local_learner(key, algo, cfg, quick, update_only=True)
     else:
         with cal._torch_threads(1):
@@ -720,7 +731,10 @@ def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any
     got = {m.name.split(":", 1)[0]: m for m in ms}
     if missing := [k for k in kinds if k not in got]:
         raise ConduitError(f"{name}: re-timing measured no {', '.join(missing)}")
-    out.update({k: _stamped(got[k].to_dict(), load) for k in kinds})
+    for k in kinds:
+        out[k] = _stamped(got[k].to_dict(), load)
+        if k.endswith("_local"):
+            out[k]["extra"]["busy_cores"] = busy
     return out
 
 

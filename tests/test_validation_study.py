@@ -776,6 +776,23 @@ def test_the_update_is_re_timed_as_the_calibration_timed_it(name):
         assert all(n % fragment == 0 for n in got["learner_update"]["sizes"])
     else:
         assert got["learner_update_local"]["extra"]["torch_threads"] >= 1
+        assert 0.0 <= got["learner_update_local"]["extra"]["busy_cores"] <= os.cpu_count() + 0.01
+
+
+@given(busy=st.one_of(st.none(), st.floats(0.0, 4.0)), load=st.floats(0.0, 8.0))
+def test_a_local_twin_is_quiet_by_the_busy_cores_before_it_else_by_its_load_average(busy, load):
+    entry = {"samples": 10, "extra": {"load_average": [load, load, load], **({"busy_cores": busy} if busy is not None
+                                                                             else {})}}
+    by_load = load < val.QUIET_LOAD_PER_CORE * os.cpu_count()
+    assert val.local_usable(entry) == (busy < val.QUIET_BUSY_CORES if busy is not None else by_load)
+    assert not val.local_usable({**entry, "samples": 0})
+
+
+def test_busy_cores_counts_the_machine_not_the_caller():
+    from conduit.runtime.proccpu import busy_cores
+
+    got = busy_cores(0.2)
+    assert got is not None and 0.0 <= got <= os.cpu_count() + 0.01
 
 
 @given(cpu=times, wall=times, get_share=st.floats(0.0, 1.0))
