@@ -51,7 +51,7 @@ left their polling learner threads running in this process and slowed every late
 fixed in :func:`conduit.runtime.calibrate._stop_learner`; ``benchmarks/sweep_under_load.py`` shows that our
 own load on the other core does not move the sweep.) So each workload's largest primitives, its EnvRunner
 sweep and the learner update its prediction reads (:func:`update_kinds`; the same ``Learner.update`` timed
-198 ms on one day and 283-305 ms on the next while the probe moved 4-7%), are also re-timed just before each
+198 ms on one day and 206-333 ms over two hours of the next while the probe moved 4-7%), are also re-timed just before each
 real run (``--recheck``, the default; :func:`recheck_primitives`, 20-60 s a run): the report prints their
 drift per run and a second prediction, the calibration with that run's re-timed primitives swapped in
 (``rechecked`` in validation.json; every other primitive as calibrated). Both predictions are out of sample:
@@ -711,9 +711,10 @@ def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any
     ``extra.busy_cores``, for :func:`local_usable`). Each entry carries the host probe and the load average.
 
     Why the update too: on the 2-core VM the same ``Learner.update`` of 500 APPO large-observation samples
-    timed 198 ms in the 2026-12-05 calibration and 283-305 ms on 2026-12-06, while the host probe moved 4-7%
-    and the EnvRunner sweep 5-15%: the update is the learner-bound workloads' largest primitive, and its drift
-    is not the sweep's."""
+    timed 198 ms in the 2026-12-05 calibration and, on 2026-12-06, 283-306 ms, then 206-219 ms, then 324-333 ms
+    within two hours, while the host probe moved 4-7% and the EnvRunner sweep 5-15%: the update is the
+    learner-bound workloads' largest primitive, and its drift is not the sweep's. (Re-timed, it did not close
+    APPO large-obs' gap: ``results/validation/NOTES.md``.)"""
     from conduit.runtime import calibrate as cal
 
     out = {"env_runner": recheck_env_runner(configs, name, quick)}
