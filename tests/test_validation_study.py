@@ -580,16 +580,21 @@ def _rechecks(cal: dict, names, factor: float, kinds=("env_runner",)) -> list[di
     return out
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(factor=st.floats(1.05, 1.6))
-def test_a_rechecked_prediction_swaps_in_only_the_retimed_sweep(factor):
+def _calibrated_prediction(names):
+    """(the test calibration, the study's configs of ``names``, its topology, both sides' prediction from it)."""
     cal = _calibration()
-    names = ["ppo-cartpole-2r-local"]
     study = val.experience_path_study()
     configs = val.study_configs(study, study.parse_args([]), names)
     topology, _ = val.topology_from_calibration(cal)
     workloads, stocks = val.build_workloads(configs, cal, STOCK)
-    base = val.predict(workloads, topology, STOCK, ["stock", "conduit"], stocks)
+    return cal, configs, topology, val.predict(workloads, topology, STOCK, ["stock", "conduit"], stocks)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(factor=st.floats(1.05, 1.6))
+def test_a_rechecked_prediction_swaps_in_only_the_retimed_sweep(factor):
+    names = ["ppo-cartpole-2r-local"]
+    cal, configs, topology, base = _calibrated_prediction(names)
     same = val.rechecked_predictions(configs, cal, _rechecks(cal, names, 1.0), topology, STOCK)
     assert same == base  # the calibration's own sweep swapped in: the same prediction
     slower = val.rechecked_predictions(configs, cal, _rechecks(cal, names, factor), topology, STOCK)
@@ -604,15 +609,10 @@ def test_a_rechecked_prediction_swaps_in_only_the_retimed_sweep(factor):
 @given(factor=st.floats(1.2, 2.0))
 def test_a_re_timed_learner_update_moves_only_what_reads_it(factor):
     """The update re-timed slower: the learner-bound APPO prediction takes longer, by no more than the update
-    itself grew; the drift table names the update; the EnvRunner-only re-timing of the same run predicts as the
-    calibration."""
-    cal = _calibration()
+    itself grew; the drift table names the update; the sweep and the update re-timed as calibrated predict as
+    the calibration."""
     names = ["appo-largeobs-2r-1l"]
-    study = val.experience_path_study()
-    configs = val.study_configs(study, study.parse_args([]), names)
-    topology, _ = val.topology_from_calibration(cal)
-    workloads, stocks = val.build_workloads(configs, cal, STOCK)
-    base = val.predict(workloads, topology, STOCK, ["stock", "conduit"], stocks)
+    cal, configs, topology, base = _calibrated_prediction(names)
     assert val.rechecked_predictions(configs, cal, _rechecks(cal, names, 1.0, ("env_runner", "learner_update")),
                                      topology, STOCK) == base
     slower = val.rechecked_predictions(configs, cal, _rechecks(cal, names, factor, ("learner_update",)),
