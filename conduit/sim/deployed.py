@@ -443,16 +443,14 @@ class DeployedRoute:
         overlapping ``sample()`` round trips, then one ``update`` call per learner (the tickets as its
         argument; RLlib shards zero-length tickets all onto learner 0: the call's size is negligible). A local
         learner (``num_learners=0``) is called in place (``learner_group.py: LearnerGroup.update``, ``is_local``)."""
-        s = self.stock
         fetches = [self.env.process(self._deployed_ticket(r, state)) for r in self.layout.runners]
         yield simpy.AllOf(self.env, fetches)
         tickets = len(self.layout.runners)
         for lr in state.learners:
+            yield from self.on_driver(self.update_call_cpu(tickets / len(state.learners), 0.0))
             if self.workload.local_learner:
-                yield from self.on_driver(s.local_call_overhead)
                 state.update_call[lr.id].succeed()
             else:
-                yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(tickets / len(state.learners), 0.0))
                 self.env.process(self._deployed_call_arrives(state.update_call[lr.id]))
             self.stock_calls["update_call"] += 1
 
@@ -635,10 +633,7 @@ class DeployedRoute:
                 t_b = self.env.now
                 calls = []
                 for lr in learners:
-                    if w.local_learner:
-                        yield from self.on_driver(s.local_call_overhead)
-                    else:
-                        yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(1, 0.0))
+                    yield from self.on_driver(self.update_call_cpu(1, 0.0))
                     self.stock_calls["update_call"] += 1
                     calls.append(self.env.process(self._deployed_dqn_batch(lr, fetched[lr.id], update)))
                 yield simpy.AllOf(self.env, calls)

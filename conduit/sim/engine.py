@@ -267,6 +267,16 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
     def cpu(self, node: str, seconds: float, urgent: bool = False, compute: bool = False) -> Generator:
         return self.cpus[node].work(seconds, urgent, compute)
 
+    def update_call_cpu(self, episodes: float, nbytes: float) -> float:
+        """The driver's own CPU for one ``LearnerGroup.update`` call to one learner (``learner_group.py``): a
+        local learner (``num_learners=0``, ``is_local``) is called in place, ``self._learner.update(...)``
+        (``local_call_overhead``); a remote one's argument is pickled, its arrays put into the object store,
+        and the call submitted (``rpc_driver_cpu`` + ``shard_serialize``), its round trip overlapping."""
+        s = self.stock
+        if self.workload.local_learner:
+            return s.local_call_overhead
+        return s.rpc_driver_cpu + s.shard_serialize(episodes, nbytes)
+
     def on_driver(self, seconds: float) -> Generator:
         """Work on the driver's single Python thread (and a core of its node). Where that node's pool
         is preemptive, the driver's thread is a frequently waking poller (APPO on a crowded node,

@@ -202,12 +202,9 @@ class PpoLoop:
             cids = state.assigned[lr.id]
             nbytes = len(cids) * w.chunk_bytes
             episodes = len(cids) * w.chunk_episodes
-            if w.local_learner:  # learner_group.py: LearnerGroup.update, is_local: self._learner.update(...)
-                yield from self.on_driver(s.local_call_overhead)
-            else:
-                # the shard becomes a call argument: pickled, its arrays put into the object store, then
-                # the call is submitted; the driver goes on to the next shard without waiting
-                yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(episodes, nbytes))
+            # the shard becomes a call argument (a local learner: called in place); the driver goes on to
+            # the next shard without waiting
+            yield from self.on_driver(self.update_call_cpu(episodes, nbytes))
             self.stock_calls["update_call"] += 1
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
