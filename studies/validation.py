@@ -534,22 +534,32 @@ def build_workloads(configs: Mapping[str, Any], calibration: Mapping[str, Any], 
     calibration's primitives (:func:`sim_workload`, :func:`workload_stock`)."""
     workloads, stocks = {}, {}
     for name, (w, cfg) in configs.items():
-        key = primitive_key(w.algo, w.env)
-        kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
-        prims = {kind: _primitive(calibration, kind, key, clock) for kind in kinds}
-        extra = DQN_DRIVER_PRIMITIVES if w.algo == "dqn" else ("runner_metrics",)
-        prims.update({kind: _primitive(calibration, kind, key, clock) for kind in extra
-                      if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples")})
-        for kind in ("learner_update_call", "gae_connector") if w.algo == "ppo" else ():
-            if calibration.get("workload", {}).get(f"{kind}:{key}", {}).get("samples"):
-                prims[kind] = _primitive(calibration, kind, key, clock)
-        for kind in LOCAL_PRIMITIVES:
-            local = calibration.get("workload", {}).get(f"{kind}:{key}")
-            if int(cfg.num_learners or 0) == 0 and local_usable(local):
-                prims[kind] = local
+        prims = workload_primitives(calibration, w, cfg, clock)
         stocks[name] = workload_stock(stock, w.algo, prims)
         workloads[name] = sim_workload(name, w.algo, cfg, prims, stocks[name])
     return workloads, stocks
+
+
+def workload_primitives(calibration: Mapping[str, Any], w: Any, cfg: Any, clock: str = "cpu") -> dict[str, Any]:
+    """``{kind: entry}``: the calibration's primitives a study workload's prediction reads (its algorithm and
+    env's key): the EnvRunner sweep, the update, the weights (PPO: the value pass), the driver's per-call
+    primitives measured, PPO's whole call and GAE piece where measured, and a local learner's ``_local`` twins
+    where :func:`local_usable` admits them (:func:`sim_workload` prefers them)."""
+    key = primitive_key(w.algo, w.env)
+    measured = calibration.get("workload", {})
+    kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
+    prims = {kind: _primitive(calibration, kind, key, clock) for kind in kinds}
+    extra = DQN_DRIVER_PRIMITIVES if w.algo == "dqn" else ("runner_metrics",)
+    prims.update({kind: _primitive(calibration, kind, key, clock) for kind in extra
+                  if measured.get(f"{kind}:{key}", {}).get("samples")})
+    for kind in ("learner_update_call", "gae_connector") if w.algo == "ppo" else ():
+        if measured.get(f"{kind}:{key}", {}).get("samples"):
+            prims[kind] = _primitive(calibration, kind, key, clock)
+    for kind in LOCAL_PRIMITIVES:
+        local = measured.get(f"{kind}:{key}")
+        if int(cfg.num_learners or 0) == 0 and local_usable(local):
+            prims[kind] = local
+    return prims
 
 
 # ------------------------------------------------------------------------------------------------
@@ -683,22 +693,13 @@ UPDATE_KINDS = ("learner_update", "learner_update_call", "gae_connector")
 
 
 def update_kinds(calibration: Mapping[str, Any], configs: Mapping[str, Any], name: str) -> list[str]:
-    """The learner primitives workload ``name``'s prediction reads (:func:`build_workloads`,
+    """The learner primitives workload ``name``'s prediction reads (:func:`workload_primitives`,
     :func:`sim_workload`): ``learner_update`` (APPO: the learner thread's call; DQN: one update), PPO's whole
     call and its GAE piece (``learner_update_call``, ``gae_connector``) where the calibration has them, each
     replaced by its ``_local`` twin where the workload's learner is local and :func:`local_usable` admits the
     calibration's (the driver's torch threads, wall clock)."""
-    w, cfg = configs[name]
-    key = primitive_key(w.algo, w.env)
-    prims = calibration.get("workload", {})
-    local = int(cfg.num_learners or 0) == 0
-    out = []
-    for kind in UPDATE_KINDS:
-        if kind != "learner_update" and (w.algo != "ppo" or not prims.get(f"{kind}:{key}", {}).get("samples")):
-            continue
-        twin = f"{kind}_local"
-        out.append(twin if local and local_usable(prims.get(f"{twin}:{key}")) else kind)
-    return out
+    prims = workload_primitives(calibration, *configs[name])
+    return [f"{kind}_local" if f"{kind}_local" in prims else kind for kind in UPDATE_KINDS if kind in prims]
 
 
 def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any], name: str,

@@ -788,7 +788,7 @@ def test_a_local_twin_is_quiet_by_the_busy_cores_before_it_else_by_its_load_aver
     assert not val.local_usable({**entry, "samples": 0})
 
 
-def test_busy_cores_counts_the_machine_not_the_caller():
+def test_busy_cores_is_a_share_of_the_machines_cores():
     from conduit.runtime.proccpu import busy_cores
 
     got = busy_cores(0.2)
