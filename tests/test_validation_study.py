@@ -895,3 +895,15 @@ def test_the_validations_contention_file_replaces_the_calibrations(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SystemExit, match="--contention: cannot read"):
         val.with_contention(calibration, path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(metric=st.sampled_from(list(val.TARGETS)[:2]), predicted=st.one_of(st.just(0.0), st.floats(1e-9, 10.0)))
+def test_a_measured_zero_is_met_only_by_a_predicted_zero(metric, predicted):
+    """An APPO learner that never waited measures 0 exposed latency; no relative error exists, and
+    the prediction meets it by being 0 exactly, never by being small."""
+    row = _row("w", "stock", metric, predicted, 0.0)
+    assert val.within_target(row) is (predicted == 0.0)
+    assert val.target_counts([row], [])[metric] == [int(predicted == 0.0), 1]
+    assert (val.misses([row], []) == []) is (predicted == 0.0)
+    assert (val._error_cell(row) == "exact (0)") is (predicted == 0.0)
