@@ -19,8 +19,20 @@ Each figure is one primitive timed in isolation (medians over repeats), never an
 CPU-bound, single-process primitives are timed in CPU time (``time.process_time``), so that other
 processes on a shared machine do not inflate them; Ray calls are timed in wall time.
 
+* ``episode_put_s`` / ``episode_put_per_step_s`` and ``episode_get_s`` / ``episode_get_per_step_s`` —
+  what one more episode costs in a **list of episodes through Ray's serializer**, the way Ray moves
+  ``EnvRunner.sample()``'s return value (one object: the runner's ``ray.put``-equivalent, the driver's
+  ``ray.get``) and ``LearnerGroup.update``'s shard argument. The episodes are real: a
+  ``SingleAgentEnvRunner`` with PPO's default module samples whole episodes of an environment with
+  CartPole's spaces and a fixed length (25 and 200 steps), so they carry what a sampled episode carries
+  (infos, the module's extra outputs). Per length, the slope between lists of 4 and 64 episodes (CPU
+  time of ``ray.put`` and of ``ray.get`` of the stored object) is the cost of one episode of that
+  length; the two lengths split it into a per-episode and a per-step part;
 * ``episode_pickle_s`` / ``episode_unpickle_s`` — protocol-5 pickling of one numpy-ized
-  ``SingleAgentEpisode`` of CartPole-sized steps (per-episode object overhead, no bulk bytes);
+  ``SingleAgentEpisode`` of CartPole-sized steps *alone* (per-episode object overhead, no bulk bytes).
+  Not read by the model any more: one pickler over a list shares its memo (the class and module
+  references) across the episodes, and Ray reads the arrays out of band, so an episode alone costs
+  more than one in a list (kept beside the serializer's figures to show by how much);
 * ``put_bandwidth`` — ``ray.put`` of a list of numpy-ized episodes with large observations, in the
   putting process's CPU time: bytes per second into the object store (a copy; the slope between
   the smallest and the largest size), and the per-call latency that leaves;
@@ -45,7 +57,7 @@ Writes JSON (``--out``, default ``results/stock_primitives.json``) that
 
     RAY_AUTH_MODE=disabled python benchmarks/stock_primitives.py [--out FILE]
 
-``--sections`` measures only some of the groups (``pickle``, ``buffer``, ``connector``, ``ray``,
+``--sections`` measures only some of the groups (``pickle``, ``serializer``, ``buffer``, ``connector``, ``ray``,
 ``callee``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
 with ``<section>_when``, e.g. adding the callee's CPU to the file the simulator reads::
 
@@ -67,7 +79,10 @@ from pathlib import Path
 
 from conduit.runtime.proccpu import callee_cpu_per_call
 
-SECTIONS = ("pickle", "buffer", "connector", "ray", "callee")
+SECTIONS = ("pickle", "serializer", "buffer", "connector", "ray", "callee")
+#: the serializer section's episode lengths (steps) and list sizes (episodes)
+SERIALIZER_LENGTHS = (25, 200)
+SERIALIZER_LISTS = (4, 64)
 #: seconds any one Ray call of the measurements may take (they take milliseconds): past it, GetTimeoutError
 CALL_TIMEOUT_S = 60.0
 
@@ -171,6 +186,81 @@ def _pickle_primitives(repeats: int) -> dict:
     out = {"episode_pickle_s": _cpu(lambda: [pickle.dumps(e, protocol=5) for e in small], repeats) / len(small)}
     blobs = [pickle.dumps(e, protocol=5) for e in small]
     out["episode_unpickle_s"] = _cpu(lambda: [pickle.loads(b) for b in blobs], repeats) / len(small)
+    return out
+
+
+def _fixed_length_env(steps: int):
+    """A gymnasium environment with CartPole's spaces whose every episode lasts exactly ``steps`` steps
+    (the real env runner's episodes, of a length the benchmark chooses)."""
+    import gymnasium as gym
+    import numpy as np
+
+    class FixedLength(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def __init__(self, config=None):
+            self._t = 0
+            self._rng = np.random.default_rng(0)
+
+        def reset(self, *, seed=None, options=None):
+            self._t = 0
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            self._t += 1
+            obs = self._rng.uniform(-1.0, 1.0, 4).astype(np.float32)
+            return obs, 1.0, False, self._t >= steps, {}
+
+    return FixedLength
+
+
+def sampled_episodes(steps: int, count: int) -> list:
+    """``count`` whole, numpy-ized episodes of ``steps`` steps, sampled by a real ``SingleAgentEnvRunner``
+    with PPO's default module (what ``EnvRunner.sample()`` returns)."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    runner = SingleAgentEnvRunner(config=PPOConfig().environment(_fixed_length_env(steps)))
+    try:
+        episodes = runner.sample(num_episodes=count, random_actions=False)
+    finally:
+        runner.stop()
+    if len(episodes) != count or any(len(e) != steps for e in episodes):
+        raise RuntimeError(f"asked for {count} episodes of {steps} steps, the runner returned "
+                           f"{[len(e) for e in episodes]}")
+    return episodes
+
+
+def fit_per_step(lengths: tuple[int, int], per_episode: tuple[float, float]) -> tuple[float, float]:
+    """Split the cost of one episode at two lengths into ``(fixed per episode, per step)``, each clipped at
+    0 (a line through the two points)."""
+    (l1, l2), (c1, c2) = lengths, per_episode
+    per_step = max(0.0, (c2 - c1) / (l2 - l1))
+    return max(0.0, c1 - per_step * l1), per_step
+
+
+def _serializer_primitives(ray, repeats: int) -> dict:
+    """One more episode in a list through Ray's serializer: ``ray.put`` (serialise, copy into the object
+    store) and ``ray.get`` of the stored object (deserialise, arrays zero-copy), CPU time of this process."""
+    small, large = SERIALIZER_LISTS
+    sizes: dict = {}
+    slopes = {"put": [], "get": []}
+    for steps in SERIALIZER_LENGTHS:
+        episodes = sampled_episodes(steps, large)
+        row = {}
+        for count in SERIALIZER_LISTS:
+            chunk = episodes[:count]
+            ref = ray.put(chunk)
+            row[count] = {"put_cpu_s": _cpu(lambda chunk=chunk: ray.put(chunk), repeats),
+                          "get_cpu_s": _cpu(lambda ref=ref: ray.get(ref, timeout=CALL_TIMEOUT_S), repeats)}
+        sizes[steps] = row
+        for kind, per_length in slopes.items():
+            per_length.append((row[large][f"{kind}_cpu_s"] - row[small][f"{kind}_cpu_s"]) / (large - small))
+    out: dict = {"serializer_sizes": {str(k): {str(n): v for n, v in row.items()} for k, row in sizes.items()}}
+    for kind, per_length in slopes.items():
+        fixed, per_step = fit_per_step(SERIALIZER_LENGTHS, tuple(per_length))
+        out[f"episode_{kind}_s"], out[f"episode_{kind}_per_step_s"] = fixed, per_step
     return out
 
 
@@ -295,12 +385,15 @@ def main(argv: list[str] | None = None) -> int:
         out.update(_buffer_primitives(args.repeats))
     if "connector" in args.sections:  # the learner connector, NumpyToTensor, the driver's per-result bookkeeping
         out.update(_connector_primitives(args.repeats))
-    if args.sections & {"ray", "callee"}:  # round trips, overlap, put/get; the callee's side of a call
+    if args.sections & {"serializer", "ray", "callee"}:  # Ray's serializer; round trips, overlap, put/get; callee
         with tempfile.TemporaryDirectory(prefix="cdt-prim-") as tmp:
             ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, object_store_memory=512 << 20,
                      log_to_driver=False)
             try:
-                out.update(_ray_primitives(ray, args.repeats, args.sections))
+                if "serializer" in args.sections:
+                    out.update(_serializer_primitives(ray, args.repeats))
+                if args.sections & {"ray", "callee"}:
+                    out.update(_ray_primitives(ray, args.repeats, args.sections))
             finally:
                 ray.shutdown()
     if previous:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -23,7 +23,7 @@ def test_sections_parse_any_subset(chosen):
 
 @pytest.mark.parametrize("text", ["", "rpc", "ray,bogus", ","])
 def test_unknown_or_no_sections_are_refused_by_name(text):
-    with pytest.raises(Exception, match="known: pickle, buffer, connector, ray, callee"):
+    with pytest.raises(Exception, match="known: pickle, serializer, buffer, connector, ray, callee"):
         sp.parse_sections(text)
 
 
@@ -49,3 +49,35 @@ def test_merge_into_a_broken_file_names_it(tmp_path, capsys):
     assert exc.value.code == 2
     assert str(out) in capsys.readouterr().err
     assert out.read_text() == "{not json"  # nothing lost
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.tuples(st.integers(1, 100), st.integers(101, 1000)),
+       fixed=st.floats(0.0, 1e-3), per_step=st.floats(0.0, 1e-6))
+def test_the_per_step_split_recovers_a_line_and_never_goes_negative(lengths, fixed, per_step):
+    """One episode's cost at two lengths splits into (per episode, per step); a decreasing pair (noise)
+    clips the per-step part at 0 and leaves the per-episode part non-negative."""
+    costs = tuple(fixed + per_step * n for n in lengths)
+    got_fixed, got_step = sp.fit_per_step(lengths, costs)
+    assert got_step == pytest.approx(per_step, rel=1e-6, abs=1e-15)
+    assert got_fixed == pytest.approx(fixed, rel=1e-6, abs=1e-12)
+    down_fixed, down_step = sp.fit_per_step(lengths, (costs[1], costs[0]))
+    assert down_step == 0.0 and down_fixed >= 0.0
+
+
+def test_the_serializer_section_times_real_sampled_episodes(tmp_path, monkeypatch):
+    """The section samples whole episodes of each chosen length with a real EnvRunner and writes the
+    per-episode and per-step figures the simulator reads (``StockCosts.*_per_episode``, ``*_per_step``)."""
+    episodes = sp.sampled_episodes(7, 3)
+    assert [len(e) for e in episodes] == [7, 7, 7]
+    assert all(e.is_numpy and e.is_done for e in episodes)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setattr(sp, "SERIALIZER_LENGTHS", (5, 40))
+    monkeypatch.setattr(sp, "SERIALIZER_LISTS", (2, 12))
+    out = tmp_path / "prims.json"
+    assert sp.main(["--sections", "serializer", "--out", str(out), "--repeats", "4"]) == 0
+    data = json.loads(out.read_text())
+    for kind in ("put", "get"):
+        assert data[f"episode_{kind}_s"] >= 0.0 and data[f"episode_{kind}_per_step_s"] >= 0.0
+        assert data[f"episode_{kind}_s"] + 40 * data[f"episode_{kind}_per_step_s"] > 0.0
+    assert set(data["serializer_sizes"]) == {"5", "40"}

@@ -183,11 +183,11 @@ class AppoLoop:
             queue.put(chunk.id)
 
     def stock_appo_path(self, runner: RunnerRole, chunk: Chunk, queues: dict) -> Generator:
-        """Step 1 of the module docstring: pickle + put on the runner, the driver fetches the
+        """Step 1 of the module docstring: serialise + put on the runner, the driver fetches the
         reference; once a package holds every learner's share, step 2 shards it."""
         s, w = self.stock, self.workload
         t0 = self.env.now
-        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, chunk.nbytes))
+        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, chunk.steps, chunk.nbytes))
         if not self.place_now(chunk.id, self.host_tier(runner.memory)):
             yield from self.place_in(chunk.id, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))  # the reply travels
@@ -224,7 +224,7 @@ class AppoLoop:
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
         t_get = self.env.now
         yield from self.transfer(runner.memory, lr.memory, chunk.nbytes)
-        yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, chunk.nbytes))
+        yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, chunk.steps, chunk.nbytes))
         if not self.move_now(chunk.id, lr.pageable):
             yield from self.move_to(chunk.id, lr.pageable)
         t_c = self.env.now

@@ -444,10 +444,11 @@ class DeployedRoute:
         argument; RLlib shards zero-length tickets all onto learner 0: the call's size is negligible). A local
         learner (``num_learners=0``) is called in place (``learner_group.py: LearnerGroup.update``, ``is_local``)."""
         fetches = [self.env.process(self._deployed_ticket(r, state)) for r in self.layout.runners]
-        yield simpy.AllOf(self.env, fetches)
+        replies = yield simpy.AllOf(self.env, fetches)
+        yield from self.read_runner_results([replies[f] for f in fetches])
         tickets = len(self.layout.runners)
         for lr in state.learners:
-            yield from self.on_driver(self.update_call_cpu(tickets / len(state.learners), 0.0))
+            yield from self.on_driver(self.update_call_cpu(tickets / len(state.learners), 0.0, 0.0))
             if self.workload.local_learner:
                 state.update_call[lr.id].succeed()
             else:
@@ -455,12 +456,13 @@ class DeployedRoute:
             self.stock_calls["update_call"] += 1
 
     def _deployed_ticket(self, runner: RunnerRole, state: Any) -> Generator:
+        """A runner's reply under ``enable()``: one placeholder episode of no steps (the ticket), read by the
+        driver once every reply is in (:meth:`~conduit.sim.engine.Simulation.read_runner_results`)."""
         s = self.stock
         yield state.runner_done_event[runner.id]
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
-        yield from self.on_driver(s.rpc_driver_cpu + s.get_per_object + s.sample_deserialize_per_episode
-                                  + s.driver_bookkeeping)
-        self.stock_calls["sample_result"] += 1
+        yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes
+        return 1, 0, 0.0
 
     def _deployed_call_arrives(self, event: simpy.Event) -> Generator:
         s = self.stock
@@ -633,7 +635,7 @@ class DeployedRoute:
                 t_b = self.env.now
                 calls = []
                 for lr in learners:
-                    yield from self.on_driver(self.update_call_cpu(1, 0.0))
+                    yield from self.on_driver(self.update_call_cpu(1, 0, 0.0))
                     self.stock_calls["update_call"] += 1
                     calls.append(self.env.process(self._deployed_dqn_batch(lr, fetched[lr.id], update)))
                 yield simpy.AllOf(self.env, calls)

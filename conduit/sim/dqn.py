@@ -95,7 +95,8 @@ class DqnLoop:
             t_a = self.env.now
             fetches = [self.env.process(self._stock_dqn_fetch(runner, cid))
                        for runner, cid in zip(runners, new, strict=True)]
-            yield simpy.AllOf(self.env, fetches)
+            replies = yield simpy.AllOf(self.env, fetches)
+            yield from self.read_runner_results([replies[f] for f in fetches])
             self.rec.span(it, "a", t_a, self.env.now)
             t_add = self.env.now
             # one add() of the whole round's episodes
@@ -123,7 +124,7 @@ class DqnLoop:
                 prep = []
                 for lr in learners:
                     if not w.local_learner:  # the shard as a call argument, pickled in the driver
-                        yield from self.on_driver(s.rpc_driver_cpu + s.shard_serialize(w.batch_size, batch_bytes))
+                        yield from self.on_driver(self.update_call_cpu(w.batch_size, w.batch_size, batch_bytes))
                     self.stock_calls["update_call"] += 1
                     prep.append(self.env.process(self._stock_dqn_batch(lr, batch_bytes, update, t_b)))
                 yield simpy.AllOf(self.env, prep)
@@ -188,21 +189,20 @@ class DqnLoop:
         self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
 
     def _stock_dqn_fetch(self, runner: RunnerRole, cid: int) -> Generator:
-        """One runner's result: pickle + put on the runner, the overlapping round trip, the pull to
-        the driver's node and a zero-copy get on the driver's thread."""
+        """One runner's result: serialise + put on the runner, the overlapping round trip, the pull to
+        the driver's node. Returns ``(episodes, steps, bytes)``: the driver reads it once every reply is in
+        (:meth:`~conduit.sim.engine.Simulation.read_runner_results`, which also charges
+        ``DQN._training_step_new_api_stack``'s ``self.metrics.aggregate(env_runner_results)``)."""
         w, s = self.workload, self.stock
-        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_bytes))
+        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_steps, w.chunk_bytes))
         if not self.place_now(cid, self.host_tier(runner.memory)):
             yield from self.place_in(cid, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
         yield from self.transfer(runner.memory, self.layout.driver_memory, w.chunk_bytes)
-        yield from self.on_driver(s.rpc_driver_cpu + s.sample_deserialize(w.chunk_episodes, w.chunk_bytes))
-        self.stock_calls["sample_result"] += 1
-        # DQN._training_step_new_api_stack: self.metrics.aggregate(env_runner_results), one runner's share
-        # per result (StockCosts.driver_bookkeeping: the aggregate of one EnvRunner's metrics)
-        yield from self.on_driver(s.driver_bookkeeping)
+        yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes
         if not self.move_now(cid, self.host_tier(self.layout.driver_memory)):
             yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))
+        return w.chunk_episodes, w.chunk_steps, w.chunk_bytes
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         """One ``sample()`` call: the runner's thread on a core of its node (in quanta where crowded)."""
@@ -225,7 +225,7 @@ class DqnLoop:
         else:
             yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-            yield from self.cpu(lr.node, s.shard_deserialize(w.batch_size, nbytes))
+            yield from self.cpu(lr.node, s.shard_deserialize(w.batch_size, w.batch_size, nbytes))
             t_c = self.env.now
             yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, built))
             t_d = self.env.now

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import math
 from collections import Counter
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,7 +267,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
     def cpu(self, node: str, seconds: float, urgent: bool = False, compute: bool = False) -> Generator:
         return self.cpus[node].work(seconds, urgent, compute)
 
-    def update_call_cpu(self, episodes: float, nbytes: float) -> float:
+    def update_call_cpu(self, episodes: float, steps: float, nbytes: float) -> float:
         """The driver's own CPU for one ``LearnerGroup.update`` call to one learner (``learner_group.py``): a
         local learner (``num_learners=0``, ``is_local``) is called in place, ``self._learner.update(...)``
         (``local_call_overhead``); a remote one's argument is pickled, its arrays put into the object store,
@@ -275,7 +275,27 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         s = self.stock
         if self.workload.local_learner:
             return s.local_call_overhead
-        return s.rpc_driver_cpu + s.shard_serialize(episodes, nbytes)
+        return s.rpc_driver_cpu + s.shard_serialize(episodes, steps, nbytes)
+
+    def read_runner_results(self, results: Sequence[tuple[float, float, float] | None]) -> Generator:
+        """The driver's side of a ``foreach_env_runner`` sample round once every reply is in.
+
+        ``utils/actor_manager.py: FaultTolerantActorManager._fetch_result`` waits for *every* call's
+        result (``ray.wait(num_returns=len(calls), fetch_local=True)``: the objects are pulled to the
+        driver's node in parallel meanwhile), then ``ray.get``s each ready result in turn on the
+        driver's thread. An early result is therefore read only after the last one arrives. Then the
+        algorithm aggregates the runners' metrics in one ``MetricsLogger.aggregate`` call
+        (``StockCosts.driver_bookkeeping`` per result). ``results`` holds each reply's ``(episodes,
+        steps, bytes)`` (``None``: a runner that returned nothing); returns the bookkeeping's seconds."""
+        s = self.stock
+        read = [r for r in results if r is not None]
+        for episodes, steps, nbytes in read:
+            yield from self.on_driver(s.sample_deserialize(episodes, steps, nbytes))
+            self.stock_calls["sample_result"] += 1
+        bookkeeping = len(read) * s.driver_bookkeeping
+        if bookkeeping > 0:
+            yield from self.on_driver(bookkeeping)
+        return bookkeeping
 
     def on_driver(self, seconds: float) -> Generator:
         """Work on the driver's single Python thread (and a core of its node). Where that node's pool

@@ -17,13 +17,19 @@ the shared machine do not inflate them). The parameter -> field of that file:
   makes it (``actor.apply.remote(func=...)``: the function unpickled, applied, the reply sent; every
   thread of the callee's process, less its idle burn), charged on the EnvRunner's core for each
   ``sample()`` and ``set_state`` call it serves (three runs: 0.69-0.83 ms);
-* ``*_serialize_per_episode`` = ``episode_pickle_s`` (103 us), ``*_deserialize_per_episode`` =
-  ``episode_unpickle_s`` (90 us): protocol-5 pickling of one numpy-ized ``SingleAgentEpisode``;
+* ``*_serialize_per_episode`` = ``episode_put_s`` (55.6 us) and ``*_serialize_per_step`` =
+  ``episode_put_per_step_s`` (0.086 us), ``*_deserialize_per_episode`` = ``episode_get_s`` (29.2 us) and
+  ``*_deserialize_per_step`` = ``episode_get_per_step_s`` (0.079 us): one more real sampled episode in a
+  list through Ray's serializer (``ray.put`` / ``ray.get`` CPU time), as Ray moves ``EnvRunner.sample()``'s
+  return value and ``LearnerGroup.update``'s shard argument: one object per call, one pickler whose memo
+  the episodes share, the arrays out of band. (Until 2026-12-06 these were ``episode_pickle_s`` (103 us)
+  and ``episode_unpickle_s`` (90 us), an episode pickled *alone*, which the same file still holds: 1.9x and
+  3.1x what an episode costs in Ray's list);
 * ``serialize_bandwidth`` = ``put_bandwidth`` (1.55 GB/s) and ``put_per_call`` = ``put_latency_s``
   (1.10 ms): ``ray.put`` of episodes with large observations copies their arrays into the object
   store (a runner returning ``sample()``'s episodes, the driver passing shards as call arguments);
 * ``get_per_object`` = ``get_s_smallest`` (0.29 ms): ``ray.get`` maps numpy buffers zero-copy (the
-  same file: 0.72 ms for 63x the bytes), so a get costs a fixed amount plus per-episode unpickling,
+  same file: 0.72 ms for 63x the bytes), so a get costs a fixed amount plus each episode's and step's share,
   with no per-byte term (``deserialize_bandwidth`` is infinite);
 * ``buffer_add_per_call`` = ``buffer_add_s`` (0.61 ms), ``buffer_add_per_step`` =
   ``buffer_add_per_step_s`` (2.9 us): ``EpisodeReplayBuffer.add``; ``buffer_sample_per_item`` =
@@ -83,10 +89,14 @@ STOCK_SOURCES: dict[str, tuple[str, str]] = {
     "rpc_overhead": ("rpc_round_trip_s", "as measured"),
     "rpc_driver_cpu": ("rpc_driver_cpu_s", "as measured"),
     "rpc_callee_cpu": ("rpc_callee_cpu_s", "as measured"),
-    "sample_serialize_per_episode": ("episode_pickle_s", "as measured"),
-    "sample_deserialize_per_episode": ("episode_unpickle_s", "as measured"),
-    "shard_serialize_per_episode": ("episode_pickle_s", "as measured"),
-    "shard_deserialize_per_episode": ("episode_unpickle_s", "as measured"),
+    "sample_serialize_per_episode": ("episode_put_s", "as measured"),
+    "sample_serialize_per_step": ("episode_put_per_step_s", "as measured"),
+    "sample_deserialize_per_episode": ("episode_get_s", "as measured"),
+    "sample_deserialize_per_step": ("episode_get_per_step_s", "as measured"),
+    "shard_serialize_per_episode": ("episode_put_s", "as measured"),
+    "shard_serialize_per_step": ("episode_put_per_step_s", "as measured"),
+    "shard_deserialize_per_episode": ("episode_get_s", "as measured"),
+    "shard_deserialize_per_step": ("episode_get_per_step_s", "as measured"),
     "serialize_bandwidth": ("put_bandwidth", "as measured"),
     "put_per_call": ("put_latency_s", "as measured"),
     "get_per_object": ("get_s_smallest", "as measured"),
@@ -111,10 +121,14 @@ class StockCosts:
     rpc_driver_cpu: float = 0.5224e-3
     rpc_callee_cpu: float = 0.6984e-3
     local_call_overhead: float = 0.058e-3
-    sample_serialize_per_episode: float = 102.6e-6
-    sample_deserialize_per_episode: float = 89.68e-6
-    shard_serialize_per_episode: float = 102.6e-6
-    shard_deserialize_per_episode: float = 89.68e-6
+    sample_serialize_per_episode: float = 55.64e-6
+    sample_serialize_per_step: float = 86.3e-9
+    sample_deserialize_per_episode: float = 29.21e-6
+    sample_deserialize_per_step: float = 79.41e-9
+    shard_serialize_per_episode: float = 55.64e-6
+    shard_serialize_per_step: float = 86.3e-9
+    shard_deserialize_per_episode: float = 29.21e-6
+    shard_deserialize_per_step: float = 79.41e-9
     serialize_bandwidth: float = 1.549e9
     put_per_call: float = 1.099e-3
     get_per_object: float = 0.2852e-3
@@ -133,24 +147,29 @@ class StockCosts:
     buffer_update_priorities_per_item: float = 0.0
     driver_poll_cores: float = 0.85  # benchmarks/appo_driver_loop.py (see the module doc)
 
-    def sample_serialize(self, episodes: float, nbytes: float) -> float:
-        """EnvRunner side of returning sampled episodes: pickling plus ``ray.put``'s copy of their
-        arrays into the object store."""
-        return self.put_per_call + episodes * self.sample_serialize_per_episode + nbytes / self.serialize_bandwidth
+    def sample_serialize(self, episodes: float, steps: float, nbytes: float) -> float:
+        """EnvRunner side of returning sampled episodes (one object: Ray's serializer over the list, its
+        arrays copied into the object store): a put, each episode's and each step's share, the bytes."""
+        return (self.put_per_call + episodes * self.sample_serialize_per_episode + steps * self.sample_serialize_per_step
+                + nbytes / self.serialize_bandwidth)
 
-    def sample_deserialize(self, episodes: float, nbytes: float) -> float:
+    def sample_deserialize(self, episodes: float, steps: float, nbytes: float) -> float:
         """Receiving side of sampled episodes (driver ``ray.get``, or a learner resolving refs): a
-        fixed get plus per-episode unpickling; numpy arrays are read zero-copy (``nbytes`` is only
-        charged if ``deserialize_bandwidth`` is made finite)."""
-        return self.get_per_object + episodes * self.sample_deserialize_per_episode + nbytes / self.deserialize_bandwidth
+        fixed get plus each episode's and each step's share of deserialising the list; numpy arrays are
+        read zero-copy (``nbytes`` is only charged if ``deserialize_bandwidth`` is made finite)."""
+        return (self.get_per_object + episodes * self.sample_deserialize_per_episode
+                + steps * self.sample_deserialize_per_step + nbytes / self.deserialize_bandwidth)
 
-    def shard_serialize(self, episodes: float, nbytes: float) -> float:
+    def shard_serialize(self, episodes: float, steps: float, nbytes: float) -> float:
         """Driver side of ``LearnerGroup.update``: a shard of episodes as an actor-call argument
-        (pickled, its arrays copied into the object store)."""
-        return self.put_per_call + episodes * self.shard_serialize_per_episode + nbytes / self.serialize_bandwidth
+        (serialised as one list, its arrays copied into the object store)."""
+        return (self.put_per_call + episodes * self.shard_serialize_per_episode + steps * self.shard_serialize_per_step
+                + nbytes / self.serialize_bandwidth)
 
-    def shard_deserialize(self, episodes: float, nbytes: float) -> float:
-        return self.get_per_object + episodes * self.shard_deserialize_per_episode + nbytes / self.deserialize_bandwidth
+    def shard_deserialize(self, episodes: float, steps: float, nbytes: float) -> float:
+        """Learner side of a shard: the argument's get, each episode's and each step's share."""
+        return (self.get_per_object + episodes * self.shard_deserialize_per_episode
+                + steps * self.shard_deserialize_per_step + nbytes / self.deserialize_bandwidth)
 
     def buffer_add(self, steps: float) -> float:
         """One ``EpisodeReplayBuffer.add`` call of ``steps`` env steps."""

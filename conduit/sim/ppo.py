@@ -8,10 +8,13 @@ Stock RLlib 2.60, step by step (files under ``ray/rllib/``):
    runner, then one wait on all references. Every runner samples one fragment (the ``"auto"``
    fragment, :func:`conduit.sim.engine.auto_fragment`); the round trips overlap (each costs the
    driver only ``rpc_driver_cpu`` of its thread).
-2. Each runner's returned episodes are pickled on the runner and their arrays copied into its
-   object store (``StockCosts.sample_serialize``); ``ray.get`` in the driver pulls them to the
-   driver's node and reads the arrays zero-copy (``StockCosts.sample_deserialize``: per-episode
-   unpickling on the driver's one thread, no per-byte term) -- segment *a*; the driver's metrics
+2. Each runner's returned episodes are serialised on the runner as one object (Ray's serializer over
+   the list) and their arrays copied into its object store (``StockCosts.sample_serialize``).
+   ``FaultTolerantActorManager._fetch_result`` waits for every runner's reply (``ray.wait`` with
+   ``num_returns`` all and ``fetch_local=True``: each object is pulled to the driver's node as it is
+   ready), then ``ray.get``s them one after another on the driver's one thread, reading the arrays
+   zero-copy (``StockCosts.sample_deserialize``: each episode's and step's share, no per-byte term;
+   :meth:`~conduit.sim.engine.Simulation.read_runner_results`) -- segment *a*; the driver's metrics
    bookkeeping per result is *a2*.
 3. ``core/learner/learner_group.py: LearnerGroup.update`` -> ``core/learner/training_data.py:
    TrainingData.shard`` (``ShardEpisodesIterator``: one equal shard per learner) -> ``foreach_actor(
@@ -186,16 +189,18 @@ class PpoLoop:
     def stock_ppo_driver(self, state: _PpoIteration, runner_procs: list) -> Generator:
         """Steps 1-3 of the module docstring: gather every runner's episodes, then shard them to the
         learners, one ``foreach_actor`` call each way."""
-        k, s, w = state.k, self.stock, self.workload
+        k, w = state.k, self.workload
         driver_mem = self.layout.driver_memory
         # foreach_actor: every sample() call is issued at once (the driver's CPU for issuing them
-        # overlaps the sampling itself); the results are gathered as they come
+        # overlaps the sampling itself); each reply is pulled as it comes, and read once the last is in
         fetches = [self.env.process(self.stock_fetch_result(r, state, driver_mem))
                    for r in self.layout.runners]
         yield simpy.AllOf(self.env, runner_procs)
         t_a = self.env.now
-        yield simpy.AllOf(self.env, fetches)
-        self.rec.span(k, "a", t_a, self.env.now - len(self.layout.runners) * s.driver_bookkeeping)
+        replies = yield simpy.AllOf(self.env, fetches)
+        bookkeeping = yield from self.read_runner_results([replies[f] for f in fetches])
+        self.rec.span(k, "a", t_a, self.env.now - bookkeeping)
+        self.rec.span(k, "a2", 0.0, bookkeeping)  # its own work; queueing is in a
         t_b = self.env.now
         sends = []
         for lr in state.learners:
@@ -204,21 +209,22 @@ class PpoLoop:
             episodes = len(cids) * w.chunk_episodes
             # the shard becomes a call argument (a local learner: called in place); the driver goes on to
             # the next shard without waiting
-            yield from self.on_driver(self.update_call_cpu(episodes, nbytes))
+            yield from self.on_driver(self.update_call_cpu(episodes, len(cids) * w.chunk_steps, nbytes))
             self.stock_calls["update_call"] += 1
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
 
     def stock_fetch_result(self, runner: RunnerRole, state: _PpoIteration, driver_mem: str) -> Generator:
-        """EnvRunner.sample() returns: pickle + put on the runner, the reply's round trip (overlapping
-        every other runner's), the pull to the driver's node, a zero-copy ``ray.get`` in the driver."""
+        """EnvRunner.sample() returns: serialise + put on the runner, the reply's round trip (overlapping
+        every other runner's), the pull to the driver's node. Returns the reply's ``(episodes, steps,
+        bytes)`` for the driver to read once every reply is in (``None``: no episodes)."""
         w, s = self.workload, self.stock
         yield state.runner_done_event[runner.id]
         cids = [c.id for c in state.runner_chunks[runner.id]]
         if not cids:
-            return
-        nbytes, episodes = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes
-        yield from self.cpu(runner.node, s.sample_serialize(episodes, nbytes))
+            return None
+        nbytes, episodes, steps = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes, len(cids) * w.chunk_steps
+        yield from self.cpu(runner.node, s.sample_serialize(episodes, steps, nbytes))
         for cid in cids:
             if not self.place_now(cid, self.host_tier(runner.memory)):
                 yield from self.place_in(cid, self.host_tier(runner.memory))
@@ -227,10 +233,8 @@ class PpoLoop:
         for cid in cids:
             if not self.move_now(cid, self.host_tier(driver_mem)):
                 yield from self.move_to(cid, self.host_tier(driver_mem))
-        yield from self.on_driver(s.rpc_driver_cpu + s.sample_deserialize(episodes, nbytes))
-        self.stock_calls["sample_result"] += 1
-        yield from self.on_driver(s.driver_bookkeeping)
-        self.rec.span(state.k, "a2", 0.0, s.driver_bookkeeping)  # its own work; queueing is in a
+        yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes
+        return episodes, steps, nbytes
 
     def stock_deliver_shard(self, lr: LearnerRole, cids: list[int], nbytes: float, episodes: float,
                             state: _PpoIteration, t_b: float) -> Generator:
@@ -242,7 +246,7 @@ class PpoLoop:
         if not w.local_learner:
             yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-            yield from self.cpu(lr.node, s.shard_deserialize(episodes, nbytes))
+            yield from self.cpu(lr.node, s.shard_deserialize(episodes, len(cids) * w.chunk_steps, nbytes))
         for cid in cids:
             if not self.move_now(cid, lr.pageable):
                 yield from self.move_to(cid, lr.pageable)
