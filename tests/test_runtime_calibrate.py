@@ -239,6 +239,30 @@ def test_plane_actor_round_trip_and_its_cpu_per_call(no_ray):  # a Ray of its ow
             ray.shutdown()
 
 
+@settings(max_examples=10, deadline=None)
+@given(runs=st.integers(1, 40), steps=st.integers(1, 60))
+def test_the_rebuild_benchmark_batch_rebuilds_into_its_episodes(runs, steps):
+    """``plane_rebuild`` times ``rebuild_trajectories`` on a batch of ``runs`` whole episodes: the batch it
+    builds is one the learner accepts, and it rebuilds into exactly that many episodes of that length."""
+    pytest.importorskip("ray.rllib", reason="rebuild_trajectories builds RLlib episodes")
+    from conduit.runtime.rllib.layout import rebuild_trajectories
+
+    episodes, found = rebuild_trajectories(*cal._trajectory_batch(runs, steps))
+    assert len(episodes) == len(found) == runs and all(len(e) == steps for e in episodes)
+
+
+def test_the_rebuild_is_measured_per_episode_run_and_read_by_the_plane_costs():
+    pytest.importorskip("ray.rllib", reason="rebuild_trajectories builds RLlib episodes")
+    m = cal._measure_rebuild(cal._plan(True))
+    assert m.ok, m.note
+    assert m.sizes == [8, 64] and "runs/s" in m.note and m.bandwidth > 0 and m.latency >= 0
+    assert m.medians[1] > m.medians[0]  # more runs, more episode objects
+    costs, taken = plane_costs_from_calibration(json.loads(cal.to_json(Measurements({"plane_rebuild": m}, host={}))),
+                                                "<calibration>")
+    assert costs.rebuild(10, 0.0) == pytest.approx(m.latency + 10 / m.bandwidth)
+    assert set(taken) == {"rebuild_per_call", "rebuild_runs_per_s"}
+
+
 @pytest.mark.skipif(not has_cuda(), reason="needs CUDA: pinned vs pageable host<->device copies")
 def test_cuda_pinned_vs_pageable(tmp_path):
     ms = measure_machine(quick=True, ray=False, disk=False)

@@ -172,6 +172,32 @@ def test_a_local_ppo_learner_is_called_in_place_under_enable(local, pickling):
         assert dear.sim_time > free.sim_time
 
 
+@SETTINGS
+@given(rate=st.floats(50.0, 5e4), episode_length=st.floats(5.0, 2000.0))
+def test_a_ppo_learner_rebuilds_its_batch_as_episodes_at_update_start(rate, episode_length):
+    """``values.py: ValueStream.episodes_for`` -> ``layout.py: rebuild_trajectories`` builds one
+    ``SingleAgentEpisode`` per episode run before RLlib's connector, on the learner's thread at update start:
+    a slower rebuild (``PlaneCosts.rebuild_runs_per_s``) delays every PPO update by exactly its extra time on
+    a topology with a core per process, by the runs the batch holds (its episodes plus one per runner)."""
+    topo = tiny(gpus=1)
+    over = {"local_learner": False, "learners": 1, "env_runners": 2, "episode_length": episode_length}
+    free, dear = (Simulation(topo, load_workload({"base": "ppo", **over}), create_policy("conduit"), iterations=2,
+                             plane=replace(PlaneCosts(), rebuild_runs_per_s=r, rebuild_per_call=0.0,
+                                                 pack_bandwidth=math.inf))
+                  for r in (math.inf, rate))
+    slow = dear.run()
+    fast = free.run()
+    assert slow.audit.violations == 0 and fast.audit.violations == 0
+    w = dear.workload
+    lr = dear.layout.learners[0]
+    cids = [c for c, t in dear.rec.chunks.items() if t.learner == lr.id and t.version == 0]
+    runs = len(cids) * w.chunk_steps / w.episode_length + len({dear.rec.chunks[c].runner for c in cids})
+    assert dear.rebuild_time(cids) == pytest.approx(runs / rate, rel=1e-12)
+    ready_slow = min(u.t_batch_ready for u in dear.rec.updates if u.update == 0)
+    ready_fast = min(u.t_batch_ready for u in free.rec.updates if u.update == 0)
+    assert ready_slow - ready_fast == pytest.approx(runs / rate, rel=1e-6, abs=1e-9)
+
+
 def test_free_plane_calls_and_copies_cost_nothing_on_the_plane():
     """With every plane cost at zero (``PlaneCosts.scaled(0)``) what remains is RLlib's control path
     and the learner's pipeline: never slower than with the measured plane costs."""

@@ -30,7 +30,8 @@ Measured:
   :func:`conduit.runtime.proccpu.callee_cpu_per_call`): ``plane_actor_callee`` that control call,
   ``plane_replay_draw`` / ``plane_replay_priorities`` a prioritized Replay table's ``next_batch`` of n
   transition rows and its ``update_priorities`` of n ids, per call and per row, with the recovery
-  journal ``enable()`` deploys.
+  journal ``enable()`` deploys; ``plane_rebuild``, the learner's rebuilding of a delivered trajectory
+  batch as RLlib episodes (``layout.py: rebuild_trajectories``), per call and per episode run.
 
 :func:`topology_yaml` turns the measurements into an explicit-form topology with a header comment
 that states when, where and how each figure was measured.
@@ -644,6 +645,66 @@ def _measure_plane_inprocess(plan: _Plan) -> list[Measurement]:
     return out
 
 
+#: the episode runs' length in :func:`_measure_rebuild` (CartPole-sized rows: the per-run cost is the episode
+#: object's construction; a larger row's observations are copied at ``memcpy``'s bandwidth besides)
+REBUILD_RUN_STEPS = 25
+
+
+def _trajectory_batch(runs: int, steps: int) -> tuple[dict[str, np.ndarray], list, dict]:
+    """A delivered trajectory batch of ``runs`` whole episodes of ``steps`` CartPole-sized steps, in chunks
+    of 8 pieces, as ``PlaneCluster.next_batch`` hands it to the learner (columns, selections, annotations)."""
+    from conduit.runtime.rllib.layout import Piece
+
+    rows = runs * steps
+    rng = np.random.default_rng(0)
+    columns = {"obs": rng.standard_normal((rows, 4)).astype(np.float32), "actions": np.zeros(rows, np.int64),
+               "rewards": np.ones(rows, np.float32), "terminateds": np.zeros(rows, np.bool_),
+               "truncateds": np.zeros(rows, np.bool_), "action_logp": np.zeros(rows, np.float32),
+               "action_dist_inputs": np.zeros((rows, 2), np.float32)}
+    selections, annotations = [], {}
+    for c, first in enumerate(range(0, runs, 8)):
+        count = min(8, runs - first)
+        pieces = [Piece(f"episode-{first + i}", 0, steps, True, False, 1) for i in range(count)]
+        start = first * steps
+        selections.append((c, np.arange(start, start + count * steps)))
+        annotations[c] = {"pieces": pieces, "final_obs": [np.zeros(4, np.float32)] * count}
+    return columns, selections, annotations
+
+
+def _measure_rebuild(plan: _Plan) -> Measurement:
+    """``layout.py: rebuild_trajectories`` -- what a learner under ``enable()`` does with every delivered
+    trajectory batch (PPO at update start, APPO/IMPALA in its prefetch thread) before RLlib's connector:
+    one ``SingleAgentEpisode`` per episode run. Process CPU time, n = 8..256 runs of
+    :data:`REBUILD_RUN_STEPS` steps: sizes are runs, "bandwidth" is runs per second."""
+    try:
+        import gymnasium as gym
+
+        from conduit.runtime.rllib.layout import rebuild_trajectories
+    except ImportError as exc:
+        return _failed("plane_rebuild", f"needs ray[rllib] and gymnasium: {exc}")
+    spaces = {"observation_space": gym.spaces.Box(-1.0, 1.0, (4,), np.float32), "action_space": gym.spaces.Discrete(2)}
+    sizes = [8, 64] if plan.quick else [8, 32, 128, 256]
+    medians, samples = [], 0
+    for runs in sizes:
+        batch = _trajectory_batch(runs, REBUILD_RUN_STEPS)
+
+        def one(batch: tuple = batch) -> float:
+            c0 = time.process_time()
+            rebuild_trajectories(*batch, **spaces)
+            return time.process_time() - c0
+
+        one()  # warm-up: lazy imports
+        times = [one() for _ in range(max(plan.min_rep, 5 if plan.quick else 25))]
+        medians.append(statistics.median(times))
+        samples += len(times)
+    lat, bw, how = fit_latency_bandwidth(sizes, medians)
+    return Measurement("plane_rebuild", bw, lat, samples,
+                       f"rebuild_trajectories of a trajectory batch of n whole episodes of {REBUILD_RUN_STEPS} "
+                       f"CartPole-sized steps (chunks of 8 pieces), process CPU time, one thread; runs "
+                       f"{sizes[0]}..{sizes[-1]} ({len(sizes)}): sizes are episode runs, bandwidth is runs/s; "
+                       f"median per size, {how}", list(sizes), medians)
+
+
 #: a DQN transition row as the runtime's transition layout carries it (CartPole-sized: the per-row cost of a
 #: draw is its bookkeeping; a larger row's bytes are ``plane_deliver``'s copy bandwidth)
 _TRANSITION = {"obs": ((4,), "float32"), "new_obs": ((4,), "float32"), "actions": ((), "int64"),
@@ -778,7 +839,7 @@ def measure_plane(quick: bool = False, ray: bool = True, progress: Progress | No
     :class:`~conduit.sim.params.PlaneCosts`. ``ray=False`` skips the actor round trip."""
     plan = _plan(quick)
     out = Measurements(host=host_facts())
-    for m in (_measure_memcpy(plan), *_measure_plane_inprocess(plan)):
+    for m in (_measure_memcpy(plan), *_measure_plane_inprocess(plan), _measure_rebuild(plan)):
         out[m.name] = _report(progress, m)
     if ray:
         for m in _measure_plane_actor(plan, out.host):

@@ -43,7 +43,9 @@ half each way, plus the actor's own work (:class:`~conduit.sim.params.PlaneCosts
   the rows out (``deliver_per_call`` + bytes at ``deliver_copy_bandwidth``); a result of
   ``return_inline_bytes`` or more goes back through the object store (the actor's ``ray.put``, the
   learner's zero-copy get).
-* **At update start** the learner rebuilds episodes and RLlib's learner connector runs over the whole
+* **At update start** the learner rebuilds episodes (``layout.py: rebuild_trajectories``,
+  ``PlaneCosts.rebuild``: one episode object per episode run, the observations copied once; APPO/IMPALA
+  rebuild in the prefetch thread, DQN's transition batches not at all) and RLlib's learner connector runs over the whole
   batch (``StockCosts.connector``; PPO's ``StreamedGAE`` only skips the value forward pass), then
   ``NumpyToTensor`` and a pageable host-to-device copy (``learner.py: ConduitLearnerMixin.update``).
   DQN's transition batches skip the connector (``delivery.py: DirectReplay``), not the to-tensor.
@@ -320,17 +322,28 @@ class DeployedRoute:
         yield from self._pipeline(stages)
         self.plane_calls[kind] += 1
 
-    def build_at_update_start(self, lr: LearnerRole, steps: float, nbytes: float, connector: bool = True) -> Generator:
-        """The learner's pipeline once its batch is in the process: RLlib's learner connector over the
-        whole batch (unless the batch is already a train batch), ``NumpyToTensor`` and a pageable copy
-        of the built batch to the device (host batches)."""
+    def build_at_update_start(self, lr: LearnerRole, steps: float, nbytes: float, *, rebuild: float,
+                              connector: bool = True) -> Generator:
+        """The learner's pipeline once its batch is in the process: ``rebuild`` seconds of rebuilding it as
+        episodes where that happens here (:meth:`rebuild_time`; PPO's ``ValueStream.episodes_for``), RLlib's
+        learner connector over the whole batch (unless the batch is already a train batch),
+        ``NumpyToTensor`` and a pageable copy of the built batch to the device (host batches)."""
         s, w = self.stock, self.workload
         built = nbytes * w.frame_stack
-        work = s.to_tensor(built)
+        work = rebuild + s.to_tensor(built)
         if connector:
             work += s.connector(steps / w.steps_per_row, built)
         yield from self.on_learner(lr, work)
         yield from self.copy_to_device(lr, built, pinned=False)
+
+    def rebuild_time(self, cids: list[int]) -> float:
+        """``layout.py: rebuild_trajectories`` of a delivered trajectory batch (:meth:`PlaneCosts.rebuild`):
+        one episode object per episode run. A run is an episode's rows in the batch: the episodes the
+        steps hold (``episode_length``) plus one per runner whose pieces are in the batch (its first piece
+        continues an episode begun before; consecutive pieces of one episode are joined)."""
+        w = self.workload
+        runners = len({self.rec.chunks[cid].runner for cid in cids})
+        return self.plane.rebuild(len(cids) * w.chunk_steps / w.episode_length + runners, len(cids) * w.chunk_bytes)
 
     def _retire_to_device(self, lr: LearnerRole, cids: list[int]) -> Generator:
         """The delivered rows now sit in the learner's device memory (the plane released its copies)."""
@@ -432,7 +445,8 @@ class DeployedRoute:
         yield simpy.AllOf(self.env, [stream, state.update_call[lr.id]])
         yield from self.deployed_deliver(lr, 0.0)
         cids = state.assigned[lr.id]
-        yield from self.build_at_update_start(lr, len(cids) * w.chunk_steps, len(cids) * w.chunk_bytes)
+        yield from self.build_at_update_start(lr, len(cids) * w.chunk_steps, len(cids) * w.chunk_bytes,
+                                              rebuild=self.rebuild_time(cids))
         yield from self._retire_to_device(lr, cids)
         for cid in cids:
             self.rec.chunks[cid].t_ready = self.env.now
@@ -549,7 +563,8 @@ class DeployedRoute:
             else:
                 batch = yield from self._deployed_appo_fetch(lr, queue)
             steps, nbytes = len(batch) * w.chunk_steps, len(batch) * w.chunk_bytes
-            yield from self.build_at_update_start(lr, steps, nbytes)
+            # the prefetch thread rebuilt the episodes (:meth:`_deployed_appo_fetch`)
+            yield from self.build_at_update_start(lr, steps, nbytes, rebuild=0.0)
             yield from self._retire_to_device(lr, batch)
             for cid in batch:
                 if math.isnan(self.rec.chunks[cid].t_ready):
@@ -587,7 +602,8 @@ class DeployedRoute:
                 batch.append(cid)
             if len(batch) < w.chunks_per_batch:
                 yield landed.changed()
-        yield from self.deployed_deliver(lr, len(batch) * w.chunk_bytes)
+        # fetch_now: the call, then rebuild() on the fetching thread
+        yield from self.deployed_deliver(lr, len(batch) * w.chunk_bytes, then=self.rebuild_time(batch))
         return batch
 
     # ================================================================== DQN
@@ -755,7 +771,9 @@ class DeployedRoute:
             s = self.stock
             yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
         selections, newest = yield fetched.get()
-        yield from self.build_at_update_start(lr, w.batch_size, w.batch_size * w.bytes_per_step, connector=False)
+        # DirectReplay: the transition rows are the train batch, no episodes rebuilt
+        yield from self.build_at_update_start(lr, w.batch_size, w.batch_size * w.bytes_per_step, rebuild=0.0,
+                                              connector=False)
         for cid, _ in selections:
             trace = self.rec.chunks[cid]
             if math.isnan(trace.t_ready):

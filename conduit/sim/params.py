@@ -207,6 +207,8 @@ PLANE_SOURCES: dict[str, tuple[str, str]] = {
     "replay_draw_rows_per_s": ("plane_replay_draw", "bandwidth: the same, rows per second"),
     "priorities_per_call": ("plane_replay_priorities", "latency: a PlaneActor process's CPU per update_priorities call"),
     "priorities_rows_per_s": ("plane_replay_priorities", "bandwidth: the same, rows per second"),
+    "rebuild_per_call": ("plane_rebuild", "latency: a learner's rebuild_trajectories of a delivered batch, per call"),
+    "rebuild_runs_per_s": ("plane_rebuild", "bandwidth: the same, episode runs per second"),
 }
 
 
@@ -237,6 +239,12 @@ class PlaneCosts:
     and per row, on CartPole-sized rows; a larger row's bytes are copied out at
     ``deliver_copy_bandwidth`` besides.
 
+    ``rebuild_per_call`` and ``rebuild_runs_per_s`` are the learner's side of every trajectory batch under
+    ``enable()`` (``layout.py: rebuild_trajectories``: one ``SingleAgentEpisode`` per episode run, so that
+    RLlib's own learner connector builds the train batch), on CartPole-sized rows; a larger row's
+    observations are concatenated with the run's final one, a copy at ``pack_bandwidth`` besides
+    (:meth:`rebuild`).
+
     ``device_sample_per_call`` is the design target's on-device replay gather (``conduit-target``
     only; the deployed runtime has no device tier under ``enable()``): an assumption, not measured.
     """
@@ -260,6 +268,8 @@ class PlaneCosts:
     replay_draw_rows_per_s: float = 162.4e3
     priorities_per_call: float = 864.3e-6
     priorities_rows_per_s: float = 786.2e3
+    rebuild_per_call: float = 0.0
+    rebuild_runs_per_s: float = 32.84e3
 
     def scaled(self, factor: float) -> PlaneCosts:
         """Every measured cost multiplied by ``factor`` (times up, bandwidths down); settings kept.
@@ -277,7 +287,15 @@ class PlaneCosts:
                        replay_draw_per_call=self.replay_draw_per_call * factor,
                        replay_draw_rows_per_s=self.replay_draw_rows_per_s / factor if factor else inf,
                        priorities_per_call=self.priorities_per_call * factor,
-                       priorities_rows_per_s=self.priorities_rows_per_s / factor if factor else inf)
+                       priorities_rows_per_s=self.priorities_rows_per_s / factor if factor else inf,
+                       rebuild_per_call=self.rebuild_per_call * factor,
+                       rebuild_runs_per_s=self.rebuild_runs_per_s / factor if factor else inf)
+
+    def rebuild(self, runs: float, nbytes: float) -> float:
+        """A learner's ``rebuild_trajectories`` of a delivered batch of ``runs`` episode runs and ``nbytes``
+        of rows: the episode objects, and the observations copied once (concatenated with each run's final
+        observation) at ``pack_bandwidth``."""
+        return self.rebuild_per_call + runs / self.rebuild_runs_per_s + nbytes / self.pack_bandwidth
 
     def replay_draw(self, rows: float) -> float:
         """The plane actor's CPU for one prioritized draw call of ``rows`` rows, Ray's side included."""
