@@ -268,25 +268,27 @@ def test_a_local_ppo_learner_is_called_in_place(runners, local, rtt_ms, driver_m
 
 # ---------------------------------------------------------------- the driver reads replies after the last arrives
 @SETTINGS
-@given(runners=st.integers(1, 4), get_ms=st.floats(0.5, 20.0), cv=st.floats(0.0, 0.8), per_step_us=st.floats(0.0, 5.0))
-def test_the_driver_reads_every_reply_only_after_the_last_arrives(runners, get_ms, cv, per_step_us):
+@given(runners=st.integers(1, 4), get_ms=st.floats(0.5, 20.0), cv=st.floats(0.0, 0.8), per_step_us=st.floats(0.0, 50.0),
+       steps_per_row=st.sampled_from([1, 5, 50]))
+def test_the_driver_reads_every_reply_only_after_the_last_arrives(runners, get_ms, cv, per_step_us, steps_per_row):
     """``utils/actor_manager.py: FaultTolerantActorManager._fetch_result`` waits for every ``sample()`` reply
     (``ray.wait(num_returns=len(calls))``), then ``ray.get``s each on the driver's thread: an early runner's
     episodes are not read while a later one still samples, so segment *a* (from the last runner's end) holds
-    every reply's read -- each the get plus each step's share (``sample_deserialize_per_step``)."""
+    every reply's read -- the get plus each RLlib timestep's share (``sample_deserialize_per_step``; a row of
+    ``steps_per_row`` tokens is one timestep) -- and, with nothing else to pay, little more."""
     zero = {f.name: 0.0 for f in fields(StockCosts)}
     zero["deserialize_bandwidth"] = math.inf
     zero["serialize_bandwidth"] = math.inf
     stock = StockCosts(**{**zero, "get_per_object": get_ms * 1e-3, "sample_deserialize_per_step": per_step_us * 1e-6})
     fragment = 50
     wl = {"base": "ppo", "env_runners": runners, "envs_per_runner": 1, "fragment_length": fragment,
-          "bytes_per_step": 4096, "env_step_time": 1e-3, "env_step_cv": cv, "inference_time": 0.0,
+          "bytes_per_step": 1, "env_step_time": 1e-3, "env_step_cv": cv, "inference_time": 0.0,
           "runner_call_overhead": 0.0, "train_batch_per_learner": fragment * runners, "learners": 1,
-          "local_learner": True, "frame_stack": 1}
+          "local_learner": True, "frame_stack": 1, "steps_per_row": steps_per_row}
     sim, _ = run(topology(gpus=1), wl, iterations=3, stock=stock)
-    read = runners * (get_ms * 1e-3 + fragment * per_step_us * 1e-6)
+    read = runners * (get_ms * 1e-3 + fragment / steps_per_row * per_step_us * 1e-6)
     for it in (1, 2):
-        assert sim.rec.segments[it]["a"] >= read * (1 - 1e-9)
+        assert read * (1 - 1e-9) <= sim.rec.segments[it]["a"] <= read + 1e-4
     assert sim.stock_calls["sample_result"] == 3 * runners
 
 

@@ -194,7 +194,7 @@ class DqnLoop:
         (:meth:`~conduit.sim.engine.Simulation.read_runner_results`, which also charges
         ``DQN._training_step_new_api_stack``'s ``self.metrics.aggregate(env_runner_results)``)."""
         w, s = self.workload, self.stock
-        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_steps, w.chunk_bytes))
+        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_rows, w.chunk_bytes))
         if not self.place_now(cid, self.host_tier(runner.memory)):
             yield from self.place_in(cid, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
@@ -202,7 +202,7 @@ class DqnLoop:
         yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes
         if not self.move_now(cid, self.host_tier(self.layout.driver_memory)):
             yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))
-        return w.chunk_episodes, w.chunk_steps, w.chunk_bytes
+        return w.chunk_episodes, w.chunk_rows, w.chunk_bytes
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         """One ``sample()`` call: the runner's thread on a core of its node (in quanta where crowded)."""

@@ -209,7 +209,7 @@ class PpoLoop:
             episodes = len(cids) * w.chunk_episodes
             # the shard becomes a call argument (a local learner: called in place); the driver goes on to
             # the next shard without waiting
-            yield from self.on_driver(self.update_call_cpu(episodes, len(cids) * w.chunk_steps, nbytes))
+            yield from self.on_driver(self.update_call_cpu(episodes, len(cids) * w.chunk_rows, nbytes))
             self.stock_calls["update_call"] += 1
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
@@ -223,7 +223,7 @@ class PpoLoop:
         cids = [c.id for c in state.runner_chunks[runner.id]]
         if not cids:
             return None
-        nbytes, episodes, steps = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes, len(cids) * w.chunk_steps
+        nbytes, episodes, steps = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes, len(cids) * w.chunk_rows
         yield from self.cpu(runner.node, s.sample_serialize(episodes, steps, nbytes))
         for cid in cids:
             if not self.place_now(cid, self.host_tier(runner.memory)):
@@ -246,7 +246,7 @@ class PpoLoop:
         if not w.local_learner:
             yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-            yield from self.cpu(lr.node, s.shard_deserialize(episodes, len(cids) * w.chunk_steps, nbytes))
+            yield from self.cpu(lr.node, s.shard_deserialize(episodes, len(cids) * w.chunk_rows, nbytes))
         for cid in cids:
             if not self.move_now(cid, lr.pageable):
                 yield from self.move_to(cid, lr.pageable)

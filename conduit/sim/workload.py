@@ -8,8 +8,9 @@ A :class:`Workload` describes one algorithm's loop in the terms the simulator ex
   (lognormal with coefficient of variation ``env_step_cv``) plus ``inference_time``. A **chunk** is
   ``fragment_length`` vector steps, i.e. ``fragment_length * envs_per_runner`` samples of
   ``bytes_per_step`` bytes, holding ``steps / episode_length`` episodes (what pickling pays for)
-  and ``steps / steps_per_row`` rows (what per-row batch building pays for: a row is a step for
-  control tasks, a whole token sequence for LLM post-training). ``frame_stack`` > 1 stacks frames in
+  and ``steps / steps_per_row`` rows (what per-row batch building and Ray's serializer per timestep pay
+  for: a row is a step for control tasks, a whole token sequence for LLM post-training, whose tokens are
+  elements of one row's arrays). ``frame_stack`` > 1 stacks frames in
   the learner connector (RLlib's ``FrameStackingLearner``, as its Atari recipes do): the wire and the
   plane carry ``bytes_per_step`` (one frame), the batch built on the learner ``frame_stack`` times that.
 * **Learners.** One per GPU (or ``learners`` of them). An update costs ``update_time_per_sample``
@@ -115,6 +116,11 @@ class Workload:
     @property
     def chunk_bytes(self) -> float:
         return self.chunk_steps * self.bytes_per_step
+
+    @property
+    def chunk_rows(self) -> float:
+        """RLlib timesteps in a chunk (``chunk_steps / steps_per_row``): what per-timestep costs scale with."""
+        return self.chunk_steps / self.steps_per_row
 
     @property
     def chunk_episodes(self) -> float:
