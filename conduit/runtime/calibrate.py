@@ -651,24 +651,32 @@ REBUILD_RUN_STEPS = 25
 
 
 def _trajectory_batch(runs: int, steps: int) -> tuple[dict[str, np.ndarray], list, dict]:
-    """A delivered trajectory batch of ``runs`` whole episodes of ``steps`` CartPole-sized steps, in chunks
-    of 8 pieces, as ``PlaneCluster.next_batch`` hands it to the learner (columns, selections, annotations)."""
-    from conduit.runtime.rllib.layout import Piece
+    """A delivered trajectory batch of ``runs`` whole episodes of ``steps`` CartPole-sized steps, as
+    ``PlaneCluster.next_batch`` hands it to the learner (columns, selections, annotations): numpy-ized
+    episodes packed by the EnvRunner's own :func:`~conduit.runtime.rllib.layout.pack_trajectories`, 8 a chunk."""
+    import gymnasium as gym
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-    rows = runs * steps
+    from conduit.runtime.rllib.layout import pack_trajectories, trajectory_schema
+
+    schema = trajectory_schema(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2), 2)
     rng = np.random.default_rng(0)
-    columns = {"obs": rng.standard_normal((rows, 4)).astype(np.float32), "actions": np.zeros(rows, np.int64),
-               "rewards": np.ones(rows, np.float32), "terminateds": np.zeros(rows, np.bool_),
-               "truncateds": np.zeros(rows, np.bool_), "action_logp": np.zeros(rows, np.float32),
-               "action_dist_inputs": np.zeros((rows, 2), np.float32)}
-    selections, annotations = [], {}
+    episodes = [SingleAgentEpisode(observations=list(rng.standard_normal((steps + 1, 4)).astype(np.float32)),
+                                   actions=[0] * steps, rewards=[1.0] * steps, terminated=True,
+                                   extra_model_outputs={"action_logp": [0.0] * steps,
+                                                        "action_dist_inputs": [np.zeros(2, np.float32)] * steps},
+                                   len_lookback_buffer=0).to_numpy() for _ in range(runs)]
+    parts: dict[str, list[np.ndarray]] = {}
+    selections, annotations, row = [], {}, 0
     for c, first in enumerate(range(0, runs, 8)):
-        count = min(8, runs - first)
-        pieces = [Piece(f"episode-{first + i}", 0, steps, True, False, 1) for i in range(count)]
-        start = first * steps
-        selections.append((c, np.arange(start, start + count * steps)))
-        annotations[c] = {"pieces": pieces, "final_obs": [np.zeros(4, np.float32)] * count}
-    return columns, selections, annotations
+        payload, annotation = pack_trajectories(episodes[first:first + 8], schema, version=1)
+        count = len(payload["obs"])
+        for name, column in payload.items():
+            parts.setdefault(name, []).append(column)
+        selections.append((c, np.arange(row, row + count)))
+        annotations[c] = annotation
+        row += count
+    return {name: np.concatenate(p) for name, p in parts.items()}, selections, annotations
 
 
 def _measure_rebuild(plan: _Plan) -> Measurement:

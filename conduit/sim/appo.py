@@ -187,7 +187,7 @@ class AppoLoop:
         reference; once a package holds every learner's share, step 2 shards it."""
         s, w = self.stock, self.workload
         t0 = self.env.now
-        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, chunk.steps / w.steps_per_row, chunk.nbytes))
+        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes))
         if not self.place_now(chunk.id, self.host_tier(runner.memory)):
             yield from self.place_in(chunk.id, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))  # the reply travels
@@ -224,7 +224,7 @@ class AppoLoop:
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
         t_get = self.env.now
         yield from self.transfer(runner.memory, lr.memory, chunk.nbytes)
-        yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, chunk.steps / w.steps_per_row, chunk.nbytes))
+        yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes))
         if not self.move_now(chunk.id, lr.pageable):
             yield from self.move_to(chunk.id, lr.pageable)
         t_c = self.env.now
