@@ -206,7 +206,7 @@ def test_a_ring_error_and_a_refused_ring_record_are_logged(caplog):
 
     schema = Schema.of(SCHEMA_SPEC)
     caplog.set_level(logging.WARNING, logger="conduit")
-    with ExperiencePlane(schema, OnPolicy(), batch_steps=4, capacities={"pageable": "8 MiB", "nvme": "8 MiB"}) as plane:
+    with ExperiencePlane(schema, OnPolicy(), batch_steps=4, capacities={"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}) as plane:
         spec = plane.attach_producer("p", ring_bytes=64 << 10)
         ring = plane._rings[0]
         poll, broken = ring.poll, [True]
@@ -240,7 +240,7 @@ def test_a_failed_spill_is_logged(caplog, monkeypatch):
     schema = Schema.of(SCHEMA_SPEC)
     caplog.set_level(logging.WARNING, logger="conduit")
     with ExperiencePlane(schema, OnPolicy(), batch_steps=4, policy="host-only", prefetch_depth=0,
-                         capacities={"pageable": "8 MiB", "nvme": "8 MiB"}) as plane:
+                         capacities={"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}) as plane:
         plane.ingest(_rows(4, 0, schema), policy_version=0, chunk_id="a")
         src = next(t for t in plane.tiers.values() if t.used > 0)
         dst = next(t for t in plane.tiers.values() if t is not src)

@@ -29,7 +29,7 @@ from conduit.runtime.plane import ExperiencePlane
 from conduit.runtime.ray_plane import PlaneCluster
 
 SCHEMA = {"obs": ((4,), "float32"), "act": "int64"}
-CAPS = {"pageable": "4 MiB", "nvme": "4 MiB"}
+CAPS = {"pageable": "4 MiB", "nvme": "4 MiB", "pinned": 0}
 CONTRACT = Replay(capacity=256, replay_ratio=1.0, min_size=16, error_buffer=1e9)  # no throttling here
 
 

@@ -72,7 +72,7 @@ def test_prometheus_serves_the_planes_counters(no_ray):  # its own Ray: a metric
              object_store_memory=128 << 20, log_to_driver=False, _metrics_export_port=port)
     try:
         cluster = PlaneCluster.start(SCHEMA, CONTRACT, batch_steps=8, learners={"l": "local"},
-                                     capacities={"pageable": "4 MiB", "nvme": "4 MiB"}, export_interval_s=0.2)
+                                     capacities={"pageable": "4 MiB", "nvme": "4 MiB", "pinned": 0}, export_interval_s=0.2)
         try:
             rng = np.random.default_rng(0)
             for _ in range(6):

@@ -24,7 +24,7 @@ from conduit.runtime.checkpoint import DROP_REASON
 from conduit.runtime.plane import DeliveryTimeout, ExperiencePlane
 from conduit.runtime.schema import Schema
 
-SMALL = {"pageable": "8 MiB", "nvme": "8 MiB"}
+SMALL = {"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}
 SCHEMA = Schema.of({"obs": ((3,), "float32"), "act": "int64"})
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -38,7 +38,7 @@ def test_evicted_replay_chunks_leave_no_records():
     contract = Replay(capacity=300, replay_ratio=1.0, min_size=30, error_buffer=10**9)
     rng = np.random.default_rng(0)
     counts = []
-    with ExperiencePlane(schema, contract, batch_steps=16, capacities={"pageable": "8 MiB", "nvme": "8 MiB"}) as plane:
+    with ExperiencePlane(schema, contract, batch_steps=16, capacities={"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}) as plane:
         for rnd in range(4):
             for i in range(400):  # 400 chunks of 3 steps: the 300-step table turned over 4 times a round
                 plane.ingest({"obs": rng.standard_normal((3, 4)).astype(np.float32), "a": rng.integers(0, 2, 3)},
@@ -52,7 +52,7 @@ def test_evicted_replay_chunks_leave_no_records():
 
 
 BOUND_SCHEMA = Schema.of({"obs": ((4,), "float32"), "reward": ((), "float32")})
-SMALL = {"pageable": "8 MiB", "nvme": "8 MiB"}
+SMALL = {"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}
 
 
 def _chunk(steps: int, rng: np.random.Generator) -> dict[str, np.ndarray]:

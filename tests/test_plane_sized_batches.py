@@ -20,7 +20,7 @@ from conduit.errors import ConduitError
 from conduit.runtime.plane import ExperiencePlane
 from conduit.runtime.schema import Schema
 
-SMALL = {"pageable": "8 MiB", "nvme": "8 MiB"}
+SMALL = {"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}
 SCHEMA = Schema.of({"obs": ((3,), "float32"), "a": "int64"})
 
 

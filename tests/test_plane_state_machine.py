@@ -368,7 +368,7 @@ class PlaneMachine(RuleBasedStateMachine):
                               min_size=data.draw(st.integers(4, 8), label="min_size"))
             slots = capacity + data.draw(st.integers(1, 3), label="spare slots")
         self.plane = ExperiencePlane(SCHEMA, contract, batch_steps=B, policy="all-gpu", prefetch_depth=depth,
-                                     capacities={"pageable": slots * SLOT, "nvme": 64}, seed=0)
+                                     capacities={"pageable": slots * SLOT, "nvme": 64, "pinned": 0}, seed=0)
         self.learner_tier = next(t for t in self.plane.tiers.values() if t.kind is TierKind.PAGEABLE)
         self.model = Model(contract, depth, slots)
         self.commits: list = []  # chunk ids in the order the plane reported them ingested

@@ -168,7 +168,7 @@ def test_plan_recovery_restores_exactly_the_durable_whole_chunks(spec, whole_onl
 
 # ------------------------------------------------------------------------------------------- a real plane
 SCHEMA = Schema.of({"x": ((64,), "float32")})  # 256 B per step
-CAPS = {"pageable": "64 KiB", "nvme": "8 MiB"}  # 16 chunks of 16 steps in memory, the rest on NVMe
+CAPS = {"pageable": "64 KiB", "nvme": "8 MiB", "pinned": 0}  # 16 chunks of 16 steps in memory, the rest on NVMe
 
 
 def _chunk(i: int, steps: int = 16) -> dict[str, np.ndarray]:

@@ -225,7 +225,8 @@ def test_enable_refuses_bad_options(case):
 
 
 @pytest.mark.parametrize("option", [{"inline_bytes": "x"}, {"inline_bytes": -5}, {"capacities": "lots"},
-                                    {"capacities": {"pageable": "-1 GiB"}}, {"coalesce_s": -1}, {"metrics_export_s": -1}, {"metrics_export_s": float("nan")},
+                                    {"capacities": {"pageable": "-1 GiB"}}, {"capacities": {"pageable": 0}},
+                                    {"capacities": {"nvme0:nvme": -1}}, {"coalesce_s": -1}, {"metrics_export_s": -1}, {"metrics_export_s": float("nan")},
                                     {"metrics_export_s": True},
                                     {"topology": "/tmp/tre_no_such_topology.yaml"}])
 def test_enable_refuses_bad_plane_options_up_front(option):

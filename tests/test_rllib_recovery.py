@@ -45,7 +45,7 @@ def test_plane_cluster_restarts_then_gives_up_cleanly(fresh_ray):
     schema = Schema.of({"x": ((64,), "float32")})
     contract = Replay(capacity=4000, replay_ratio=1.0, min_size=16, error_buffer=1e6)
     cluster = PlaneCluster.start(schema, contract, batch_steps=16, learners={"l": "local"}, max_restarts=1,
-                                 capacities={"pageable": "64 KiB", "nvme": "8 MiB"}, restart_timeout=60)
+                                 capacities={"pageable": "64 KiB", "nvme": "8 MiB", "pinned": 0}, restart_timeout=60)
     try:
         for i in range(40):
             cluster.ingest({"x": np.full((16, 64), i, np.float32)}, policy_version=0, chunk_id=f"c{i}")
@@ -88,7 +88,7 @@ def test_dqn_keeps_training_after_the_plane_actor_is_killed(fresh_ray):
            .training(num_steps_sampled_before_learning_starts=100, train_batch_size_per_learner=16, n_step=3,
                      replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 50000}))
     # a small memory tier: most of the table lives on the NVMe tier, which survives the restart
-    algo = enable(cfg, delivery_timeout=60, capacities={"pageable": "8 KiB", "nvme": "16 MiB"}).build_algo()
+    algo = enable(cfg, delivery_timeout=60, capacities={"pageable": "8 KiB", "nvme": "16 MiB", "pinned": 0}).build_algo()
     try:
         results = [algo.train()]
         cluster = cluster_of(algo)

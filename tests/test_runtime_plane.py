@@ -23,11 +23,12 @@ from conduit.chunk import checksum_bytes
 from conduit.contracts import BoundedStaleness, OnPolicy, Replay
 from conduit.errors import CapacityError, ConduitError, PlaneFullError, SchemaError, UnknownNameError
 from conduit.registry import create_policy, policy_registry
+from conduit.runtime.machine import LEFT_OUT
 from conduit.runtime.plane import DeliveryTimeout, ExperiencePlane
 from conduit.runtime.schema import Schema
 from conduit.tuning_file import save_params
 
-SMALL = {"pageable": "8 MiB", "nvme": "8 MiB"}
+SMALL = {"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = ["uint8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"]
 
@@ -292,7 +293,7 @@ def test_replay_samples_every_live_step_uniformly(sizes, seed):
 def test_capacity_pressure_spills_to_disk_and_back_nothing_lost():
     schema = Schema.of({"obs": ((64, 64), "uint8")})  # 4 KiB per step
     sources = {}
-    caps = {"pageable": 600 << 10, "nvme": "16 MiB"}  # room for the batch and a few chunks only
+    caps = {"pageable": 600 << 10, "nvme": "16 MiB", "pinned": 0}  # room for the batch and a few chunks only
     with ExperiencePlane(schema, OnPolicy(), batch_steps=64, capacities=caps, policy="conduit",
                          prefetch_depth=1, verify_checksums=True) as plane:
         for v in range(3):
@@ -338,7 +339,7 @@ def test_schema_mismatch_is_refused_whole():
 
 def test_chunk_larger_than_any_tier_is_refused_at_once():
     schema = Schema.of({"x": ((1024,), "uint8")})
-    with ExperiencePlane(schema, OnPolicy(), batch_steps=8, capacities={"pageable": "1 MiB", "nvme": "1 MiB"}) as plane:
+    with ExperiencePlane(schema, OnPolicy(), batch_steps=8, capacities={"pageable": "1 MiB", "nvme": "1 MiB", "pinned": 0}) as plane:
         with pytest.raises(CapacityError, match="more than any tier"):
             plane.ingest(make_chunk(schema, 2048, 0), policy_version=0, chunk_id="huge")
         assert plane.audit().ingested_chunks == 0
@@ -346,7 +347,7 @@ def test_chunk_larger_than_any_tier_is_refused_at_once():
 
 def test_full_plane_applies_backpressure_with_a_timeout():
     schema = Schema.of({"x": ((1024,), "uint8")})
-    caps = {"pageable": 64 << 10, "nvme": 64 << 10}
+    caps = {"pageable": 64 << 10, "nvme": 64 << 10, "pinned": 0}
     with ExperiencePlane(schema, OnPolicy(), batch_steps=32, capacities=caps, prefetch_depth=1) as plane:
         for i in range(200):  # versions the learner is not at yet: nothing can drain
             try:
@@ -361,6 +362,52 @@ def test_full_plane_applies_backpressure_with_a_timeout():
         assert report.violations == 0
         assert plane.metrics()["refused_full"] == 1
         assert all(t.used <= t.capacity for t in plane.tiers.values())
+
+
+@given(nvme_key=st.sampled_from(["nvme", "nvme0:nvme"]), chunk_steps=st.integers(4, 24))
+@settings(max_examples=10, deadline=None)
+def test_a_zero_nvme_capacity_leaves_the_spill_tier_out_and_pushes_back_instead(nvme_key, chunk_steps):
+    """``{"nvme": 0}``: no spill file; a full host tier refuses (nothing spilled, nothing lost), and the
+    tier is reported as left out, not silently missing."""
+    schema = Schema.of({"x": ((1024,), "uint8")})
+    with ExperiencePlane(schema, OnPolicy(), batch_steps=32, capacities={"pageable": 64 << 10, nvme_key: 0, "pinned": 0},
+                         prefetch_depth=1) as plane:
+        assert not any(t.endswith(":nvme") for t in plane.tiers)
+        assert plane.metrics()["unavailable_tiers"]["nvme0:nvme"] == LEFT_OUT
+        accepted = 0
+        with pytest.raises(PlaneFullError):
+            for i in range(1000):  # a version the learner is not at yet: nothing drains
+                plane.ingest(make_chunk(schema, chunk_steps, i), policy_version=5, timeout=0.05)
+                accepted += 1
+        report = plane.audit()
+        assert accepted > 0 and report.ingested_chunks == accepted and not report.dropped_samples
+        assert report.violations == 0 and plane.metrics().get("spilled_chunks", 0) == 0
+
+
+def test_a_zero_pinned_capacity_leaves_the_staging_ring_out():
+    with ExperiencePlane({"x": "float32"}, OnPolicy(), batch_steps=8, capacities={"pinned": 0, "pageable": "8 MiB"}) as plane:
+        assert "dram0:pinned" not in plane.tiers
+        why = plane.metrics()["unavailable_tiers"]["dram0:pinned"]
+        assert why == LEFT_OUT if torch.cuda.is_available() else "CUDA" in why
+
+
+@pytest.mark.parametrize("caps, match", [
+    ({"pageable": 0}, r"capacities\['pageable'\]: must be > 0 bytes"),
+    ({"dram0:pageable": "0 B"}, r"capacities\['dram0:pageable'\]: must be > 0 bytes"),
+    ({"hbm": 0}, r"capacities\['hbm'\]: must be > 0 bytes"),
+    ({"nvme": -1}, r"capacities\['nvme'\]: must be >= 0 bytes \(0 leaves the tier out\)"),
+    ({"pinned": "-4 MiB"}, r"capacities\['pinned'\]"),
+])
+def test_a_capacity_that_cannot_be_is_refused_naming_its_key(caps, match):
+    with pytest.raises(ConduitError, match=match):
+        ExperiencePlane({"x": "float32"}, OnPolicy(), batch_steps=8, capacities=caps, learners={"l": "cpu"})
+
+
+def test_recovery_without_the_nvme_tier_is_refused(tmp_path):
+    """A restart takes chunks back from the NVMe spill file; leaving it out with recovery asked for
+    would silently keep nothing, so it is refused, and nothing is left open."""
+    with pytest.raises(ConduitError, match=r"recovery_dir=.*leaves nvme0:nvme out"):
+        ExperiencePlane({"x": "float32"}, OnPolicy(), batch_steps=8, capacities={"nvme": 0}, recovery_dir=tmp_path)
 
 
 def test_unknown_names_are_clear_errors():
@@ -627,7 +674,7 @@ REFUSAL_COUNTERS = {"refused_full", "rejected_decisions", "batch_alloc_waits", "
 
 
 def test_refused_ingest_leaves_no_trace_and_the_retry_with_its_id_is_clean():
-    tiny = {"pageable": 4 * 128, "nvme": 64}  # four extents: a batch and three chunks
+    tiny = {"pageable": 4 * 128, "nvme": 64, "pinned": 0}  # four extents: a batch and three chunks
     with ExperiencePlane(SLOTS_SCHEMA, OnPolicy(), batch_steps=4, policy="host-only", capacities=tiny,
                          prefetch_depth=1) as plane:
         plane.ingest(rows(4, 0), policy_version=0, chunk_id="a")  # batch 0, written in place
@@ -767,7 +814,7 @@ def test_ring_producer_held_back_by_a_full_plane_gets_no_false_violations():
     retry is a first ingest (no ``duplicated``, no ``evicted_then_sampled``)."""
     from conduit.runtime.shm_ring import RingProducer
 
-    tiny = {"pageable": 4 * 128, "nvme": 64}
+    tiny = {"pageable": 4 * 128, "nvme": 64, "pinned": 0}
     with ExperiencePlane(SLOTS_SCHEMA, OnPolicy(), batch_steps=4, policy="host-only", capacities=tiny,
                          prefetch_depth=1) as plane:
         spec = plane.attach_producer("p", ring_bytes=64 << 10)
@@ -799,7 +846,7 @@ def test_replay_refused_inserts_reserve_no_room_in_the_table():
     and the refusals never pile up as reserved table room (which used to evict the live chunks)."""
     contract = Replay(capacity=16, replay_ratio=1.0, min_size=4, error_buffer=1e9)
     with ExperiencePlane(SLOTS_SCHEMA, contract, batch_steps=4, policy="host-only",
-                         capacities={"pageable": 3 * 128, "nvme": 64}) as plane:
+                         capacities={"pageable": 3 * 128, "nvme": 64, "pinned": 0}) as plane:
         for i in range(3):
             plane.ingest(rows(4, i), policy_version=0, chunk_id=f"c{i}")
         for i in range(10):
@@ -867,7 +914,7 @@ def test_bad_timeouts_are_refused_at_once_naming_the_argument(bad):
 def test_close_wakes_every_blocked_call(call):
     replay = Replay(capacity=16, replay_ratio=1.0, min_size=8)
     contract = replay if call.startswith("replay") else OnPolicy()
-    caps = {"pageable": 3 * 128, "nvme": 64} if call in ("ingest", "replay-room") else SMALL
+    caps = {"pageable": 3 * 128, "nvme": 64, "pinned": 0} if call in ("ingest", "replay-room") else SMALL
     plane = ExperiencePlane(SLOTS_SCHEMA, contract, batch_steps=4, capacities=caps, policy="host-only",
                             prefetch_depth=1)
     if call == "next_batch":
@@ -1052,7 +1099,7 @@ def test_invalid_placement_decisions_are_rejected_counted_and_replaced():
     policy = _broken_policy(place=lambda chunk, view: Placement("nowhere:hbm"),
                             spill=lambda tier, nbytes, view: [Move("never-ingested", "nvme0:nvme"),
                                                               Move("c1", "nowhere:nvme")])
-    caps = {"pageable": 4 * 128, "nvme": "1 MiB"}
+    caps = {"pageable": 4 * 128, "nvme": "1 MiB", "pinned": 0}
     with ExperiencePlane(SLOTS_SCHEMA, OnPolicy(), batch_steps=4, policy=policy, capacities=caps,
                          prefetch_depth=1) as plane:
         for i in range(4):  # version 1: batch 1 takes c0 in place, c1-c3 wait in the learner's tier
@@ -1165,7 +1212,7 @@ def test_replay_evicts_to_capacity_exactly_and_spills_under_pressure(data):
     schema = Schema.of({"obs": ((64,), "float32")})  # 256 B a step
     contract = Replay(capacity=capacity, replay_ratio=1.0, min_size=8, error_buffer=1e9)
     caps = {"pageable": data.draw(st.sampled_from([2 << 10, 3 << 10, 4 << 10]), label="pageable"),  # a batch: 2 KiB
-            "nvme": "4 MiB"}
+            "nvme": "4 MiB", "pinned": 0}
     inserted, sources, target = 0, {}, capacity + data.draw(st.integers(1, 96), label="beyond capacity")
     with ExperiencePlane(schema, contract, batch_steps=8, policy=policy, capacities=caps, seed=1) as plane:
         for i in itertools.count():
@@ -1201,7 +1248,7 @@ def test_replay_spills_table_chunks_to_make_room_for_a_batch():
     schema = Schema.of({"obs": ((64,), "float32")})
     contract = Replay(capacity=64, replay_ratio=1.0, min_size=8, error_buffer=1e9)
     with ExperiencePlane(schema, contract, batch_steps=8, policy="host-only", seed=0,
-                         capacities={"pageable": 8 << 10, "nvme": "4 MiB"}) as plane:
+                         capacities={"pageable": 8 << 10, "nvme": "4 MiB", "pinned": 0}) as plane:
         for i in range(8):  # four fill the learner's tier, four go to disk
             plane.ingest(make_chunk(schema, 8, i), policy_version=0, timeout=1)
         with plane.next_batch(timeout=5):

@@ -34,7 +34,7 @@ from conduit.runtime.schema import Schema
 
 SCHEMA = Schema.of({"obs": ((4, 8), np.float32), "action": np.int64, "reward": np.float32})
 WIDE = Schema.of({"obs": ((256,), np.float32)})  # 1 KiB per step: chunks that must go through the store
-CAPS = {"pageable": "64 MiB", "nvme": "64 MiB"}
+CAPS = {"pageable": "64 MiB", "nvme": "64 MiB", "pinned": 0}
 TMP = "/tmp/cdtray"
 
 # Ray workers cannot import a test module: ship this module's functions (producers, data) by value.

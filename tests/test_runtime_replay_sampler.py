@@ -29,7 +29,7 @@ from conduit.plane.sampler import PrioritizedSampler
 from conduit.runtime.plane import DeliveryTimeout, ExperiencePlane
 from conduit.runtime.schema import Schema
 
-SMALL = {"pageable": "8 MiB", "nvme": "8 MiB"}
+SMALL = {"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}
 SCHEMA = Schema.of({"obs": ((2,), "float32"), "tag": ((), "int64")})
 
 

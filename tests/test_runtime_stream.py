@@ -30,7 +30,7 @@ from conduit.runtime.plane import ExperiencePlane
 from conduit.runtime.schema import Schema
 
 SCHEMA = Schema.of({"obs": ((3,), "float32"), "action": "int64", "done": "bool"})
-SMALL = {"pageable": "8 MiB", "nvme": "8 MiB"}
+SMALL = {"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -361,7 +361,7 @@ def test_on_policy_next_update_is_not_starved_by_a_later_version_opened_first():
 
     schema = Schema.of({"x": ((2,), np.float32)})
     with ExperiencePlane(schema, OnPolicy(), batch_steps=4, prefetch_depth=1,
-                         capacities={"pageable": "8 MiB", "nvme": "8 MiB"}) as plane:
+                         capacities={"pageable": "8 MiB", "nvme": "8 MiB", "pinned": 0}) as plane:
         rows = lambda v: {"x": np.full((4, 2), v, np.float32)}
         plane.ingest(rows(1), policy_version=1, chunk_id="v1")
         plane.ingest(rows(0), policy_version=0, chunk_id="v0")

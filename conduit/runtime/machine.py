@@ -13,7 +13,11 @@ id the simulator uses, backed by real memory of the matching medium:
 * ``nvmeN:nvme`` -> a memmap spill file.
 
 ``capacities`` says how many bytes the plane takes per tier (by tier id or by kind:
-``{"pageable": "2 GiB", "nvme0:nvme": 8e9}``); never more than the topology says the tier has.
+``{"pageable": "2 GiB", "nvme0:nvme": 8e9}``); never more than the topology says the tier has. The
+tiers the plane can run without -- the pinned staging ring and the NVMe spill file -- can be left out with a capacity of 0 (``{"pinned": 0}``: page-lock nothing on a host whose
+GPUs other processes need; ``{"nvme": 0}``: never spill, push back instead); the tier is then listed in
+:attr:`MachineTiers.unavailable` with that reason. A learner's own tier (host memory, a CUDA device's
+HBM) cannot be left out: 0 for it is refused.
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ from conduit.units import Kind, parse_quantity
 
 DEFAULT_CAPACITY = {"hbm": 1 << 30, "pinned": 256 << 20, "pageable": 1 << 30, "shm": 256 << 20, "nvme": 4 << 30}
 """Bytes the plane allocates per tier unless told otherwise (capped by the topology)."""
+
+OPTIONAL_KINDS = ("pinned", "nvme")
+"""Tier kinds the plane can run without: a capacity of 0 leaves such a tier out."""
+
+LEFT_OUT = "left out: capacities gives it 0 bytes"
 
 
 def _meminfo_total() -> int:
@@ -111,14 +120,27 @@ class MachineTiers:
             t.close()
 
 
-def _capacity_for(tier_id: str, kind: str, capacities: Mapping[str, Any], available: float) -> int:
-    value = capacities.get(tier_id, capacities.get(kind, DEFAULT_CAPACITY[kind]))
+def parse_capacity(key: str, value: Any) -> int:
+    """One ``capacities`` entry in bytes, checked: > 0, or exactly 0 for a tier kind the plane can run
+    without (``OPTIONAL_KINDS``; ``key`` is a kind or a tier id such as ``"nvme0:nvme"``)."""
     try:
-        value = int(parse_quantity(value, Kind.BYTES))
+        nbytes = int(parse_quantity(value, Kind.BYTES))
     except ConduitError as exc:
-        raise ConduitError(f"capacities[{tier_id!r}]: {exc}") from None
-    if value <= 0:
-        raise ConduitError(f"capacities[{tier_id!r}]: must be > 0 bytes, got {value}")
+        raise ConduitError(f"capacities[{key!r}]: {exc}") from None
+    optional = key.rsplit(":", 1)[-1] in OPTIONAL_KINDS
+    if nbytes < 0 or (nbytes == 0 and not optional):
+        what = "must be >= 0 bytes (0 leaves the tier out)" if optional else "must be > 0 bytes"
+        raise ConduitError(f"capacities[{key!r}]: {what}, got {value!r}")
+    return nbytes
+
+
+def _capacity_for(tier_id: str, kind: str, capacities: Mapping[str, Any], available: float) -> int:
+    """Bytes the plane takes for one tier, never more than it has; 0 means the tier is left out."""
+    key = tier_id if tier_id in capacities else kind
+    if key not in capacities:
+        value = DEFAULT_CAPACITY[kind]
+    elif (value := parse_capacity(key, capacities[key])) == 0:
+        return 0
     return int(min(value, available)) if available else value
 
 
@@ -154,6 +176,7 @@ def build_tiers(
     for key in capacities:
         if key not in known:
             raise UnknownNameError("tier", key, sorted(known))
+        parse_capacity(key, capacities[key])  # every entry checked, also one for a tier not built here
 
     tiers: dict[str, RuntimeTier] = {}
     unavailable: dict[str, str] = {}
@@ -176,12 +199,18 @@ def build_tiers(
                 if not ok:
                     unavailable[t.id] = why
                     continue
-                medium = PinnedMedium(_capacity_for(t.id, kind, capacities, t.capacity))
+                if (capacity := _capacity_for(t.id, kind, capacities, t.capacity)) == 0:
+                    unavailable[t.id] = LEFT_OUT
+                    continue
+                medium = PinnedMedium(capacity)
             elif t.kind is TierKind.PAGEABLE:
                 medium = HostMedium(_capacity_for(t.id, kind, capacities, t.capacity))
             else:
+                if (capacity := _capacity_for(t.id, kind, capacities, t.capacity)) == 0:
+                    unavailable[t.id] = LEFT_OUT
+                    continue
                 path = Path(durable_dir) / f"{t.id.replace(':', '.')}.spill" if durable_dir is not None else None
-                medium = MemmapMedium(_capacity_for(t.id, kind, capacities, t.capacity), spill_dir, path=path)
+                medium = MemmapMedium(capacity, spill_dir, path=path)
             tiers[t.id] = RuntimeTier(t.id, t.kind, node, t.device, medium, schema,
                                       t.read_bandwidth, t.write_bandwidth)
         if shared:

@@ -109,7 +109,7 @@ from conduit.runtime.batch import BatchBuild
 from conduit.runtime.checkpoint import PlaneCheckpoint
 from conduit.runtime.estimator import BandwidthEstimator
 from conduit.runtime.ingestion import Ingestion
-from conduit.runtime.machine import MachineTiers, build_tiers, resolve_topology
+from conduit.runtime.machine import LEFT_OUT, MachineTiers, build_tiers, resolve_topology
 from conduit.runtime.metrics import PlaneMetrics
 from conduit.runtime.records import DeliveryTimeout, _Chunk, _Learner, _timeout_arg
 from conduit.runtime.replay import ReplayTable
@@ -211,6 +211,12 @@ class ExperiencePlane(Ingestion, Assembly, ReplayTable, PlaneCheckpoint):
             self.topology, self.schema, node=node, learner_devices=tuple(sorted(set(learners.values()))),
             capacities=capacities, spill_dir=spill_dir, durable_dir=recovery_dir)
         self.node = self._machine.node
+        left_out = [tid for tid, why in self._machine.unavailable.items() if why == LEFT_OUT and tid.endswith(":nvme")]
+        if recovery_dir is not None and left_out:
+            self._machine.close()
+            self._log.close()
+            raise ConduitError(f"recovery_dir={str(recovery_dir)!r} keeps chunks across a restart in the NVMe tier, "
+                               f"but capacities leaves {', '.join(left_out)} out (0 bytes): give it room or drop recovery_dir")
         self.tiers: dict[str, RuntimeTier] = self._machine.tiers
         self.unavailable: dict[str, str] = dict(self._machine.unavailable)
         self._largest_tier = max(t.capacity for t in self.tiers.values())  # capacities never change

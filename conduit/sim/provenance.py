@@ -66,6 +66,20 @@ def topology_hash(topology: Topology) -> str:
     return digest
 
 
+def _version(module: Any) -> str:
+    """A library's version: its ``__version__``, else its installed distribution's (SimPy sets
+    ``__version__`` only from the distribution's metadata), else ``"unknown"`` (a copy on sys.path)."""
+    from importlib import metadata
+
+    found = getattr(module, "__version__", None)
+    if found:
+        return str(found)
+    try:
+        return metadata.version(module.__name__)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def provenance(sim: Simulation, stock_source: str | None = None) -> dict[str, Any]:
     """The provenance block of one run (see the module docstring)."""
     import networkx
@@ -91,8 +105,8 @@ def provenance(sim: Simulation, stock_source: str | None = None) -> dict[str, An
                       or "built-in defaults (conduit/sim/params.py PlaneCosts)",
                       "values": {f.name: getattr(sim.plane, f.name) for f in fields(sim.plane)}},
         },
-        "libraries": {"python": platform.python_version(), "numpy": np.__version__, "simpy": simpy.__version__,
-                      "networkx": networkx.__version__},
+        "libraries": {"python": platform.python_version(), "numpy": np.__version__, "simpy": _version(simpy),
+                      "networkx": _version(networkx)},
     }
 
 

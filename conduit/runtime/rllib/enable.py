@@ -104,7 +104,6 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_plane_options(out: Mapping[str, Any]) -> None:
     """The plane's own options, checked now rather than when the plane starts inside ``build_algo()``."""
-    from conduit.units import parse_quantity
 
     inline = out.get("inline_bytes")
     if inline is not None and (isinstance(inline, bool) or not isinstance(inline, int) or inline < 0):
@@ -113,12 +112,13 @@ def _check_plane_options(out: Mapping[str, Any]) -> None:
     if caps is not None:
         if not isinstance(caps, Mapping):
             raise EnableError(f"enable(): capacities must map tier ids or kinds to sizes, got {caps!r}")
+        from conduit.runtime.machine import parse_capacity
+
         for tier, size in caps.items():
             try:
-                if parse_quantity(size, "bytes") <= 0:
-                    raise ValueError("must be > 0 bytes")
-            except (ConduitError, ValueError) as exc:
-                raise EnableError(f"enable(): capacities[{tier!r}]: {exc}") from None
+                parse_capacity(str(tier), size)
+            except ConduitError as exc:
+                raise EnableError(f"enable(): {exc}") from None
     topo = out.get("topology")
     if topo is not None:
         from conduit.runtime.machine import resolve_topology
