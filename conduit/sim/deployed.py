@@ -92,7 +92,7 @@ learner's extra torch threads, :mod:`conduit.sim.torchteam`): the stock EnvRunne
 learner's update and APPO's never-sleeping driver hold cores of a crowded node the same way.
 
 **Simulation speed.** A Python thread on a node with a core per process never waits for a core, so
-it is a FIFO single server computed by arithmetic (:class:`_Lane`: start at ``max(arrival, free)``);
+it is a FIFO single server computed by arithmetic (:class:`ThreadLane`: start at ``max(arrival, free)``);
 a call through such threads is one timeout, and an ingest whose parts are all arithmetic needs no
 process (:meth:`DeployedRoute._ingest_now`). A call reserves a thread for the time it will reach it,
 so calls are served in the order they were issued (FIFO by issue, not by arrival: the same for calls
@@ -116,7 +116,7 @@ import simpy
 
 from conduit.sim.cluster import LearnerRole, RunnerRole
 from conduit.sim.cores import SAMPLING_QUANTUM
-from conduit.sim.resources import FifoServer
+from conduit.sim.resources import FifoServer, ThreadLane
 
 #: the warning a deployed run with more than one learner carries
 MULTI_LEARNER_WARNING = ("policy models enable() as deployed, which refuses num_learners > 1 today; this run "
@@ -156,15 +156,15 @@ class DeployedRoute:
     def _deployed_setup(self) -> None:
         env = self.env
 
-        def lane(node: str, fifo: FifoServer | None = None) -> _Lane:
+        def lane(node: str, fifo: FifoServer | None = None) -> ThreadLane:
             if fifo is None and self.crowded[node]:  # (CoreUse: the plane actor counted)
                 fifo = FifoServer(env, 1)
-            return _Lane(node, fifo)
+            return ThreadLane(node, fifo)
 
         self.plane_actor = {lr.node: lane(lr.node) for lr in self.layout.learners}
         self.runner_thread = {r.id: lane(r.node) for r in self.layout.runners}
         self.runner_slots = {r.id: FifoServer(env, self.plane.max_in_flight) for r in self.layout.runners}
-        driver = _Lane(self.layout.driver_node, self.driver_thread)
+        driver = self.driver_lane
         self.learner_thread = {lr.id: (driver if self.workload.local_learner else lane(lr.node))
                                for lr in self.layout.learners}
         #: plane calls by kind (``ingest``, ``peek``, ``next_batch``), countable by tests and studies
@@ -191,7 +191,7 @@ class DeployedRoute:
         # PPO: each runner's current fragment time, drawn once per fragment and shared by its pieces
         self._fragment_left: dict[str, list] = {}
 
-    def _pipeline(self, stages: list[tuple[_Lane | None, float]]) -> Generator:
+    def _pipeline(self, stages: list[tuple[ThreadLane | None, float]]) -> Generator:
         """Run ``stages`` in order: ``(lane, seconds)`` is work on a thread (FIFO, a core of its node),
         ``(None, seconds)`` a latency. Lanes on nodes with a core per process are served by arithmetic
         (start at ``max(arrival, free)``: a FIFO single server, exact for calls in issue order; a call
@@ -366,6 +366,7 @@ class DeployedRoute:
                                     lambda lr=target, cid=chunk.id: state.deployed_landed(lr, cid)):
                 self.env.process(self._deployed_ppo_piece(runner, target, chunk, trace, state))
         state.runner_done(runner.id, self.env.now)
+        state.replies[runner.id] = yield from self._deployed_ticket(runner, state)
 
     def _deployed_ppo_piece(self, runner: RunnerRole, lr: LearnerRole, chunk: Any, trace: Any, state: Any) -> Generator:
         try:
@@ -452,14 +453,13 @@ class DeployedRoute:
             self.rec.chunks[cid].t_ready = self.env.now
         state.batch_ready_at[lr.id] = self.env.now
 
-    def deployed_ppo_driver(self, state: Any) -> Generator:
+    def deployed_ppo_driver(self, state: Any, runner_procs: list) -> Generator:
         """``PPO.training_step`` with placeholders: every runner's ticket comes back through the
         overlapping ``sample()`` round trips, then one ``update`` call per learner (the tickets as its
         argument; RLlib shards zero-length tickets all onto learner 0: the call's size is negligible). A local
         learner (``num_learners=0``) is called in place (``learner_group.py: LearnerGroup.update``, ``is_local``)."""
-        fetches = [self.env.process(self._deployed_ticket(r, state)) for r in self.layout.runners]
-        replies = yield simpy.AllOf(self.env, fetches)
-        yield from self.read_runner_results([replies[f] for f in fetches])
+        yield simpy.AllOf(self.env, runner_procs)  # every ticket in (the end of each runner's process)
+        yield from self.read_runner_results([state.replies[r.id] for r in self.layout.runners])
         tickets = len(self.layout.runners)
         for lr in state.learners:
             yield from self.on_driver(self.update_call_cpu(tickets / len(state.learners), 0.0, 0.0))
@@ -470,10 +470,9 @@ class DeployedRoute:
             self.stock_calls["update_call"] += 1
 
     def _deployed_ticket(self, runner: RunnerRole, state: Any) -> Generator:
-        """A runner's reply under ``enable()``: one placeholder episode of no steps (the ticket), read by the
+        """A runner's reply under ``enable()``, once its sampling is done: one placeholder episode of no steps (the ticket), read by the
         driver once every reply is in (:meth:`~conduit.sim.engine.Simulation.read_runner_results`)."""
         s = self.stock
-        yield state.runner_done_event[runner.id]
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
         yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes
         return 1, 0, 0.0
@@ -779,21 +778,3 @@ class DeployedRoute:
             if math.isnan(trace.t_ready):
                 trace.t_ready = self.env.now
         return newest
-
-
-class _Lane:
-    """One Python thread (an EnvRunner's, a learner's, a plane actor's) on ``node``: a FIFO server held
-    through events (``fifo``) on an oversubscribed node, else served by arithmetic (``free_at``)."""
-
-    __slots__ = ("fifo", "free_at", "node")
-
-    def __init__(self, node: str, fifo: FifoServer | None = None):
-        self.node, self.fifo, self.free_at = node, fifo, 0.0
-
-    def serve(self, t_arrive: float, seconds: float, cpu: Any) -> float:
-        """Start at ``max(t_arrive, free)``, run ``seconds`` of reference-core work; returns the end."""
-        start = max(t_arrive, self.free_at)
-        busy = seconds / cpu.speed
-        self.free_at = start + busy
-        cpu.busy_core_seconds += busy
-        return self.free_at

@@ -95,8 +95,8 @@ class DqnLoop:
             t_a = self.env.now
             fetches = [self.env.process(self._stock_dqn_fetch(runner, cid))
                        for runner, cid in zip(runners, new, strict=True)]
-            replies = yield simpy.AllOf(self.env, fetches)
-            yield from self.read_runner_results([replies[f] for f in fetches])
+            yield simpy.AllOf(self.env, fetches)  # (ConditionValue[f] is a linear search: read each value)
+            yield from self.read_runner_results([f.value for f in fetches])
             self.rec.span(it, "a", t_a, self.env.now)
             t_add = self.env.now
             # one add() of the whole round's episodes

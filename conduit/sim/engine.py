@@ -46,7 +46,7 @@ from conduit.sim.network import Network
 from conduit.sim.params import PlaneCosts, StockCosts
 from conduit.sim.ppo import PpoLoop
 from conduit.sim.provenance import provenance, steady_state, validity
-from conduit.sim.resources import ComputeEngine, CpuPool, FifoServer, TierLedger
+from conduit.sim.resources import ComputeEngine, CpuPool, FifoServer, ThreadLane, TierLedger
 from conduit.sim.view import SimClusterView
 from conduit.sim.workload import Workload
 from conduit.topology import TierKind, Topology
@@ -89,6 +89,13 @@ class SimResult:
         """Everything a reader should know before citing the figures: extrapolation, a short or
         trending window."""
         return [*self.validity.get("warnings", []), *self.steady_state.get("warnings", [])]
+
+    def outcome(self) -> dict[str, Any]:
+        """:meth:`to_dict` without ``events``, the count of SimPy events the engine scheduled: what the
+        run computed, which exact fast paths must reproduce (they exist to schedule fewer events)."""
+        out = self.to_dict()
+        del out["events"]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -138,7 +145,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
     times drawn a block ahead (:meth:`_draws`), moves and placements that fit done without a
     process step (:meth:`move_now`, :meth:`place_now`), the network re-solving only the
     components an instant's flow starts and ends touch (``Network(component_solve=...)``) and
-    keeping its flows' finishes in a heap per route class (``Network(class_heaps=...)``)."""
+    keeping its flows' finishes in a heap per route class (``Network(class_heaps=...)``), and the driver's
+    thread on a node with a core per thread served by arithmetic (:meth:`on_driver`)."""
 
     def __init__(
         self,
@@ -219,6 +227,13 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         self.view = SimClusterView(self, memoize=memoize_view)
         self.driver_thread = FifoServer(self.env, 1)
         self._setup_cores()
+        # the driver's thread: served by arithmetic (one timeout per piece of work, no hand-over event)
+        # where that is exact: a core per thread on its node, and only the driver's own work on it, issued
+        # as it arrives (a local learner's plane calls under enable() reserve it for a later arrival);
+        # else held through events (and with the fast paths off)
+        driver_node = self.layout.driver_node
+        by_events = self.crowded[driver_node] or not fast or (self.deployed and workload.local_learner)
+        self.driver_lane = ThreadLane(driver_node, self.driver_thread if by_events else None)
         if self.deployed:
             self._deployed_setup()
         #: the stock route's driver-side calls by kind (``sample_result``, ``update_call``,
@@ -286,12 +301,17 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         driver's thread. An early result is therefore read only after the last one arrives. Then the
         algorithm aggregates the runners' metrics in one ``MetricsLogger.aggregate`` call
         (``StockCosts.driver_bookkeeping`` per result). ``results`` holds each reply's ``(episodes,
-        steps, bytes)`` (``None``: a runner that returned nothing); returns the bookkeeping's seconds."""
+        steps, bytes)`` (``None``: a runner that returned nothing); returns the bookkeeping's seconds.
+        The loop of gets is one stretch of the driver's one thread: no other driver work runs between two
+        gets, so it is held once, for all of them."""
         s = self.stock
         read = [r for r in results if r is not None]
+        gets = 0.0
         for episodes, steps, nbytes in read:
-            yield from self.on_driver(s.sample_deserialize(episodes, steps, nbytes))
-            self.stock_calls["sample_result"] += 1
+            gets += s.sample_deserialize(episodes, steps, nbytes)
+        if read:
+            yield from self.on_driver(gets)
+        self.stock_calls["sample_result"] += len(read)
         bookkeeping = len(read) * s.driver_bookkeeping
         if bookkeeping > 0:
             yield from self.on_driver(bookkeeping)
@@ -301,6 +321,15 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         """Work on the driver's single Python thread (and a core of its node). Where that node's pool
         is preemptive, the driver's thread is a frequently waking poller (APPO on a crowded node,
         :meth:`conduit.sim.appo.AppoLoop.appo_driver_spin`): its work is urgent."""
+        lane = self.driver_lane
+        if lane.fifo is None:  # a core per thread on the driver's node: FIFO by arithmetic
+            env, pool = self.env, self.cpus[lane.node]
+            busy = seconds / pool.speed if seconds > 0 else 0.0
+            lane.free_at = max(env.now, lane.free_at) + busy
+            if lane.free_at > env.now:
+                yield env.timeout(lane.free_at - env.now)
+            pool.busy_core_seconds += busy  # once done, as CpuPool.work counts it
+            return
         yield self.driver_thread.acquire()
         try:
             pool = self.cpus[self.layout.driver_node]

@@ -78,7 +78,7 @@ class PpoLoop:
             if self.path.route == "driver":
                 self.env.process(self.stock_ppo_driver(state, procs))
             elif self.deployed:
-                self.env.process(self.deployed_ppo_driver(state))
+                self.env.process(self.deployed_ppo_driver(state, procs))
             learner_batch = self.deployed_ppo_learner_batch if self.deployed else self.ppo_learner_batch
             batch_ready = [self.env.process(learner_batch(lr, state)) for lr in learners]
             yield simpy.AllOf(self.env, procs)
@@ -184,21 +184,21 @@ class PpoLoop:
             else:
                 state.runner_chunks[runner.id].append(chunk)
         state.runner_done(runner.id, self.env.now)
+        if self.path.route == "driver":  # sample() returns: the reply, in the runner's own process
+            state.replies[runner.id] = yield from self.stock_fetch_result(runner, state, self.layout.driver_memory)
 
     # ---- stock PPO: everything through the driver, after sampling
     def stock_ppo_driver(self, state: _PpoIteration, runner_procs: list) -> Generator:
         """Steps 1-3 of the module docstring: gather every runner's episodes, then shard them to the
         learners, one ``foreach_actor`` call each way."""
         k, w = state.k, self.workload
-        driver_mem = self.layout.driver_memory
         # foreach_actor: every sample() call is issued at once (the driver's CPU for issuing them
-        # overlaps the sampling itself); each reply is pulled as it comes, and read once the last is in
-        fetches = [self.env.process(self.stock_fetch_result(r, state, driver_mem))
-                   for r in self.layout.runners]
-        yield simpy.AllOf(self.env, runner_procs)
+        # overlaps the sampling itself); each reply is pulled as it comes (:meth:`stock_fetch_result`,
+        # the end of each runner's process), and read once the last is in
+        yield state.sampling_done
         t_a = self.env.now
-        replies = yield simpy.AllOf(self.env, fetches)
-        bookkeeping = yield from self.read_runner_results([replies[f] for f in fetches])
+        yield simpy.AllOf(self.env, runner_procs)
+        bookkeeping = yield from self.read_runner_results([state.replies[r.id] for r in self.layout.runners])
         self.rec.span(k, "a", t_a, self.env.now - bookkeeping)
         self.rec.span(k, "a2", 0.0, bookkeeping)  # its own work; queueing is in a
         t_b = self.env.now
@@ -215,11 +215,10 @@ class PpoLoop:
         yield simpy.AllOf(self.env, sends)
 
     def stock_fetch_result(self, runner: RunnerRole, state: _PpoIteration, driver_mem: str) -> Generator:
-        """EnvRunner.sample() returns: serialise + put on the runner, the reply's round trip (overlapping
+        """Once the runner's sampling is done, EnvRunner.sample() returns: serialise + put on the runner, the reply's round trip (overlapping
         every other runner's), the pull to the driver's node. Returns the reply's ``(episodes, steps,
         bytes)`` for the driver to read once every reply is in (``None``: no episodes)."""
         w, s = self.workload, self.stock
-        yield state.runner_done_event[runner.id]
         cids = [c.id for c in state.runner_chunks[runner.id]]
         if not cids:
             return None
@@ -325,7 +324,8 @@ class _PpoIteration:
         self.landed: dict[str, list[int]] = {lr.id: [] for lr in learners}
         self._landed_event: dict[str, simpy.Event] = {}
         self.update_call = {lr.id: env.event() for lr in learners}
-        self.runner_done_event = {r.id: env.event() for r in sim.layout.runners}
+        #: each runner's reply to ``sample()``: ``(episodes, steps, bytes)``, ``None`` for no episodes
+        self.replies: dict[str, tuple[float, float, float] | None] = {}
         self._runners_left = len(sim.layout.runners)
         for lr in learners:
             if expected[lr.id] == 0:
@@ -352,7 +352,6 @@ class _PpoIteration:
         return event
 
     def runner_done(self, runner_id: str, t: float) -> None:
-        self.runner_done_event[runner_id].succeed()
         self._runners_left -= 1
         if self._runners_left == 0:
             self.t_sampling_done = t

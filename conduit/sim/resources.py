@@ -5,6 +5,8 @@
   busy node queues (FIFO). Busy core-seconds are recorded per node.
 * :class:`ComputeEngine` — a GPU (or the CPU learner) executing kernels one at a time: updates,
   value passes, device-side batch assembly.
+* :class:`ThreadLane` — one Python thread: a :class:`FifoServer` of one on a crowded node, arithmetic
+  elsewhere.
 * :class:`FifoServer` — the FIFO multi-server both are built on: ``simpy.Resource`` semantics without
   its request/release events.
 * :class:`TierLedger` — capacity accounting of every memory tier. A reservation that does not fit
@@ -292,3 +294,23 @@ class TierLedger:
         used = self.used[tier] = self.used[tier] + nbytes
         self.peak[tier] = max(self.peak[tier], used)
         self.trace.append((self.env.now, tier, used))
+
+
+class ThreadLane:
+    """One Python thread (an EnvRunner's, a learner's, a plane actor's, the driver's) on ``node``: a FIFO
+    server held through events (``fifo``) on an oversubscribed node, else served by arithmetic
+    (``free_at``: start at ``max(arrival, free)``, exact for calls in issue order, since on a node with a
+    core per thread the thread never waits for a core)."""
+
+    __slots__ = ("fifo", "free_at", "node")
+
+    def __init__(self, node: str, fifo: FifoServer | None = None):
+        self.node, self.fifo, self.free_at = node, fifo, 0.0
+
+    def serve(self, t_arrive: float, seconds: float, cpu: Any) -> float:
+        """Start at ``max(t_arrive, free)``, run ``seconds`` of reference-core work; returns the end."""
+        start = max(t_arrive, self.free_at)
+        busy = seconds / cpu.speed
+        self.free_at = start + busy
+        cpu.busy_core_seconds += busy
+        return self.free_at
