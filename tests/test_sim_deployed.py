@@ -422,3 +422,25 @@ def test_calibrate_measures_the_plane_in_process():
         assert ms[name].latency >= 0 and ms[name].bandwidth > 0
     # the actor's figures (its round trip, its CPU per call) need Ray: tests/test_runtime_calibrate.py
     assert not {"plane_actor_call", "plane_actor_callee", "plane_replay_draw", "plane_replay_priorities"} & set(ms)
+
+
+@SETTINGS
+@given(runners=st.sampled_from([1.0, 2.0, 3.0]), get_ms=st.floats(0.5, 10.0), book_ms=st.floats(0.0, 5.0))
+def test_deployed_dqn_reads_each_empty_reply_after_the_last_with_the_metrics_once(runners, get_ms, book_ms):
+    """Under ``enable()`` DQN's ``sample()`` returns an empty list (the transitions went to the plane), but the
+    driver's ``FaultTolerantActorManager._fetch_result`` still waits for every reply and ``ray.get``s each, and the
+    runners' metrics are aggregated as in stock RLlib: segment *a* of every round holds each reply's get and its
+    bookkeeping (:meth:`~conduit.sim.engine.Simulation.read_runner_results`, the rule stock uses)."""
+    zero = {f.name: 0.0 for f in fields(StockCosts)}
+    zero.update(deserialize_bandwidth=math.inf, serialize_bandwidth=math.inf)
+    stock = StockCosts(**{**zero, "get_per_object": get_ms * 1e-3, "driver_bookkeeping": book_ms * 1e-3})
+    w = replace(load_workload("ref-dqn-cartpole"), runners_per_gpu=runners)
+    sim = Simulation(load_topology(REF), w, create_policy("conduit"), iterations=12, stock=stock)
+    result = sim.run()
+    assert result.audit.violations == 0
+    n = len(sim.layout.runners)
+    rounds = sim.stock_calls["round"]
+    assert sim.stock_calls["sample_result"] == rounds * n
+    read = n * (get_ms + book_ms) * 1e-3
+    spans = [seg["a"] for seg in sim.rec.segments.values() if "a" in seg]
+    assert spans and all(a >= read * (1 - 1e-9) for a in spans)

@@ -631,12 +631,14 @@ class DeployedRoute:
             it = update
             t0 = self.env.now
             procs = [self.env.process(self._deployed_dqn_sample(r, outbox[r.id])) for r in runners]
-            results = yield simpy.AllOf(self.env, procs)
+            yield simpy.AllOf(self.env, procs)
             self.rec.span(it, "sampling", t0, self.env.now)
-            last_created = max(self._chunks[results[p]].t_created if results[p] in self._chunks else t0
-                               for p in procs)
+            new = [proc.value for proc in procs]  # (ConditionValue[p] is a linear search)
+            last_created = max(self._chunks[c].t_created if c in self._chunks else t0 for c in new)
             t_a = self.env.now
-            yield simpy.AllOf(self.env, [self.env.process(self._deployed_dqn_result()) for _ in runners])
+            replies = [self.env.process(self._deployed_dqn_result()) for _ in runners]
+            yield simpy.AllOf(self.env, replies)
+            yield from self.read_runner_results([reply.value for reply in replies])
             self.rec.span(it, "a", t_a, self.env.now)
             yield from self.on_driver(s.local_call_overhead)  # ConduitEpisodeReplayBuffer.add([])
             self.stock_calls["round"] += 1
@@ -691,11 +693,13 @@ class DeployedRoute:
         return pair[0].id
 
     def _deployed_dqn_result(self) -> Generator:
+        """A runner's reply under ``enable()``: an empty list (its transitions went to the plane), handled
+        as it comes and read, with its metrics, once every reply is in, as stock's are
+        (:meth:`~conduit.sim.engine.Simulation.read_runner_results`: a get and the metrics' bookkeeping)."""
         s = self.stock
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
-        # the EnvRunner's metrics are the stock sampler's: the driver aggregates them as in stock RLlib
-        yield from self.on_driver(s.rpc_driver_cpu + s.driver_bookkeeping)
-        self.stock_calls["sample_result"] += 1
+        yield from self.on_driver(s.rpc_driver_cpu)
+        return 0, 0, 0.0
 
     def _deployed_dqn_sender(self, runner: RunnerRole, outbox: simpy.Store) -> Generator:
         """``_Sender._gather``: the first sample call, then whatever arrives within ``coalesce_s`` (at

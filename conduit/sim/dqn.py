@@ -88,9 +88,9 @@ class DqnLoop:
             it = update
             t0 = self.env.now
             sample_procs = [self.env.process(self._dqn_sample(r)) for r in runners]
-            results = yield simpy.AllOf(self.env, sample_procs)
+            yield simpy.AllOf(self.env, sample_procs)
             self.rec.span(it, "sampling", t0, self.env.now)
-            new = [results[p] for p in sample_procs]
+            new = [proc.value for proc in sample_procs]  # (ConditionValue[p] is a linear search)
             last_created = max(self._chunks[c].t_created for c in new)
             t_a = self.env.now
             fetches = [self.env.process(self._stock_dqn_fetch(runner, cid))
