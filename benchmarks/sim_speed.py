@@ -12,10 +12,9 @@ then the conduit / rllib-stock ratio. ``--reference`` also runs every policy wit
 path off (``Simulation(memoize_view=False, fast=False)``: the straightforward view, every fact
 recomputed on every access; env-step times drawn one call per sample; moves and placements always
 through a process step; the driver's thread held through events; the network re-solving every active
-class at every instant) side by side,
-prints its seconds and the speed-up, and checks that the two runs' JSON results (less the count of SimPy
-events, which the fast paths exist to lower) are identical (exit
-status 1 if not). The older exact speed-ups (the placement's staging tier looked up once per
+class at every instant) side by side, prints its seconds and the speed-up, and checks that the two
+runs' JSON results (less the count of SimPy events, which the fast paths exist to lower) are identical
+(exit status 1 if not). The older exact speed-ups (the placement's staging tier looked up once per
 decision, the env-step distribution's parameters once per run, the PPO plan's per-node learner lists
 once) apply to both sides: for the whole change, compare with an earlier commit.
 

@@ -14,8 +14,9 @@ id the simulator uses, backed by real memory of the matching medium:
 
 ``capacities`` says how many bytes the plane takes per tier (by tier id or by kind:
 ``{"pageable": "2 GiB", "nvme0:nvme": 8e9}``); never more than the topology says the tier has. The
-tiers the plane can run without -- the pinned staging ring and the NVMe spill file -- can be left out with a capacity of 0 (``{"pinned": 0}``: page-lock nothing on a host whose
-GPUs other processes need; ``{"nvme": 0}``: never spill, push back instead); the tier is then listed in
+tiers the plane can run without -- the pinned staging ring and the NVMe spill file -- are left out
+with a capacity of 0 (``{"pinned": 0}``: page-lock nothing on a host whose GPUs other processes need;
+``{"nvme": 0}``: never spill, push back instead); the tier is then listed in
 :attr:`MachineTiers.unavailable` with that reason. A learner's own tier (host memory, a CUDA device's
 HBM) cannot be left out: 0 for it is refused.
 """

@@ -470,8 +470,9 @@ class DeployedRoute:
             self.stock_calls["update_call"] += 1
 
     def _deployed_ticket(self, runner: RunnerRole, state: Any) -> Generator:
-        """A runner's reply under ``enable()``, once its sampling is done: one placeholder episode of no steps (the ticket), read by the
-        driver once every reply is in (:meth:`~conduit.sim.engine.Simulation.read_runner_results`)."""
+        """A runner's reply under ``enable()``, once its sampling is done: one placeholder episode of no
+        steps (the ticket), read by the driver once every reply is in
+        (:meth:`~conduit.sim.engine.Simulation.read_runner_results`)."""
         s = self.stock
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
         yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes

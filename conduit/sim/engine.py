@@ -325,9 +325,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         if lane.fifo is None:  # a core per thread on the driver's node: FIFO by arithmetic
             env, pool = self.env, self.cpus[lane.node]
             busy = seconds / pool.speed if seconds > 0 else 0.0
-            lane.free_at = max(env.now, lane.free_at) + busy
-            if lane.free_at > env.now:
-                yield env.timeout(lane.free_at - env.now)
+            end = lane.reserve(env.now, busy)
+            if end > env.now:
+                yield env.timeout(end - env.now)
             pool.busy_core_seconds += busy  # once done, as CpuPool.work counts it
             return
         yield self.driver_thread.acquire()

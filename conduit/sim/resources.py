@@ -307,10 +307,14 @@ class ThreadLane:
     def __init__(self, node: str, fifo: FifoServer | None = None):
         self.node, self.fifo, self.free_at = node, fifo, 0.0
 
-    def serve(self, t_arrive: float, seconds: float, cpu: Any) -> float:
-        """Start at ``max(t_arrive, free)``, run ``seconds`` of reference-core work; returns the end."""
-        start = max(t_arrive, self.free_at)
-        busy = seconds / cpu.speed
-        self.free_at = start + busy
-        cpu.busy_core_seconds += busy
+    def reserve(self, t_arrive: float, busy: float) -> float:
+        """Hold the thread from ``max(t_arrive, free)`` for ``busy`` seconds; returns the end."""
+        self.free_at = max(t_arrive, self.free_at) + busy
         return self.free_at
+
+    def serve(self, t_arrive: float, seconds: float, cpu: Any) -> float:
+        """Start at ``max(t_arrive, free)``, run ``seconds`` of reference-core work (its core-seconds
+        counted now); returns the end."""
+        busy = seconds / cpu.speed
+        cpu.busy_core_seconds += busy
+        return self.reserve(t_arrive, busy)

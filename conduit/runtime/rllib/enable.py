@@ -104,7 +104,6 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_plane_options(out: Mapping[str, Any]) -> None:
     """The plane's own options, checked now rather than when the plane starts inside ``build_algo()``."""
-
     inline = out.get("inline_bytes")
     if inline is not None and (isinstance(inline, bool) or not isinstance(inline, int) or inline < 0):
         raise EnableError(f"enable(): inline_bytes must be a non-negative integer (bytes), got {inline!r}")
