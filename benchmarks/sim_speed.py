@@ -23,12 +23,19 @@ once) apply to both sides: for the whole change, compare with an earlier commit.
 loop, the auditor and ledgers; NumPy and builtins count for the layer that called them), with the network's counters: re-solves, flows re-rated per re-solve
 and the classes and entries of the mean max-min solve -- the figures that tell which lever is left.
 
+``--fold K`` times every policy folded (:mod:`conduit.sim.fold`: the driver's node and one
+representative for every K of the others) instead of exact, and checks the approximation: each policy
+also runs exact and folded for ``--check-iterations`` iterations (default 3), and the relative error of
+the folded iteration time, exposed experience-path latency and experience share is printed with the
+exact run's time and the speed-up. The speed target is judged on the folded times then, and the line
+says so; the exact figures stay what ``--fold 1`` (the default) prints.
+
 Wall times on a shared machine are noisy: compare the ratios printed by one run, and rerun before
 believing a small difference. The policies run alternately first-to-last and last-to-first over
 ``--repeats`` (medians), so drift hits all of them.
 
     python benchmarks/sim_speed.py [--iterations 100] [--policies rllib-stock conduit all-gpu host-only]
-                                   [--reference] [--repeats 1] [--profile]
+                                   [--reference] [--repeats 1] [--profile] [--fold K [--check-iterations 3]]
 """
 
 from __future__ import annotations
@@ -52,9 +59,13 @@ TARGET_S_PER_100 = 60.0
 TARGET_RATIO = 2.0
 
 
-def _run(topology, workload, policy: str, iterations: int, memoize: bool):
+#: the figures the fold check compares (docs/metrics.md)
+FOLD_METRICS = ("iteration_time_s", "exposed_experience_path_s", "experience_share")
+
+
+def _run(topology, workload, policy: str, iterations: int, memoize: bool, fold: int = 1):
     sim = Simulation(topology, workload, create_policy(policy), iterations=iterations, seed=0,
-                     memoize_view=memoize, fast=memoize)
+                     memoize_view=memoize, fast=memoize, fold=fold)
     start = time.perf_counter()
     result = sim.run()
     return time.perf_counter() - start, result
@@ -129,6 +140,29 @@ def profile(topology, workload, policy: str, iterations: int) -> None:
           f"entries on average")
 
 
+def check_fold(topology, workload, policies, fold: int, iterations: int) -> int:
+    """Run every policy exact and folded for ``iterations``; print the folded figures' relative errors,
+    both wall times and the speed-up. Returns 1 if a folded run has audit violations the exact one has
+    not (folding must not invent or hide one), else 0."""
+    print(f"fold check: exact vs fold={fold}, {iterations} iterations each, seed 0 (relative error of the folded figure)")
+    head = f"{'policy':<22} " + " ".join(f"{m:>27}" for m in FOLD_METRICS) + f" {'exact s':>8} {'fold s':>7} {'speed-up':>8}"
+    print(head)
+    status = 0
+    for name in policies:
+        wall_exact, exact = _run(topology, workload, name, iterations, True)
+        wall_fold, folded = _run(topology, workload, name, iterations, True, fold)
+        cells = []
+        for metric in FOLD_METRICS:
+            ref, got = exact.metrics[metric], folded.metrics[metric]
+            err = (got - ref) / ref if ref else 0.0
+            cells.append(f"{got:>11.4g} vs {ref:>8.4g} {100 * err:+5.2f}%")
+        if bool(folded.audit.violations) != bool(exact.audit.violations):
+            status = 1
+        print(f"{name:<22} " + " ".join(f"{c:>27}" for c in cells)
+              + f" {wall_exact:>8.1f} {wall_fold:>7.1f} {wall_exact / wall_fold:>7.1f}x")
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default="dgx-h100-x128")
@@ -139,14 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", action="store_true",
                         help="also run with every exact fast path off (memoize_view=False, fast=False) "
                              "and check identical results")
+    parser.add_argument("--fold", type=int, default=1, metavar="K",
+                        help="time every policy folded (one representative per K nodes besides the driver's) "
+                             "and print the fold's error against the exact simulation (default 1: exact)")
+    parser.add_argument("--check-iterations", type=int, default=3, metavar="N",
+                        help="with --fold: iterations of the exact and folded runs compared (default 3)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile every policy once and print its time by layer")
     args = parser.parse_args(argv)
-    if args.iterations < 1 or args.repeats < 1:
-        parser.error("--iterations and --repeats must be >= 1")
+    if args.iterations < 1 or args.repeats < 1 or args.fold < 1 or args.check_iterations < 1:
+        parser.error("--iterations, --repeats, --fold and --check-iterations must be >= 1")
     topology, workload = load_topology(args.topology), load_workload(args.workload)
     print(f"{workload.name} on {topology.name}: {args.iterations} iterations, seed 0, "
-          f"median of {args.repeats} repeat(s)")
+          f"median of {args.repeats} repeat(s)" + (f", folded (fold={args.fold})" if args.fold > 1 else ""))
     modes = [True, False] if args.reference else [True]
     walls: dict[tuple[str, bool], list[float]] = {}
     results: dict[tuple[str, bool], object] = {}
@@ -154,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         order = args.policies if rep % 2 == 0 else list(reversed(args.policies))
         for name in order:
             for memoize in (modes if rep % 2 == 0 else list(reversed(modes))):
-                wall, result = _run(topology, workload, name, args.iterations, memoize)
+                wall, result = _run(topology, workload, name, args.iterations, memoize, args.fold)
                 walls.setdefault((name, memoize), []).append(wall)
                 results[(name, memoize)] = result
                 print(f"  ran {name:<22} {'fast' if memoize else 'reference'} paths: {wall:.1f} s", flush=True)
@@ -185,8 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"conduit / rllib-stock simulation time: {ratio:.2f}x ({verdict} the target <= {TARGET_RATIO:g}x)")
     worst = max(per_100, key=per_100.get)
     verdict = "meets" if per_100[worst] <= TARGET_S_PER_100 else "misses"
-    print(f"slowest policy: {worst}, {per_100[worst]:.1f} s per 100 iterations "
+    how = f"folded (fold={args.fold}; the exact simulation is slower, see below)" if args.fold > 1 else "exact"
+    print(f"slowest policy: {worst}, {per_100[worst]:.1f} s per 100 iterations, {how} "
           f"({verdict} the target <= {TARGET_S_PER_100:g} s on the 2-core development machine)")
+    if args.fold > 1:
+        print()
+        status |= check_fold(topology, workload, args.policies, args.fold, args.check_iterations)
     if args.profile:
         print()
         for name in args.policies:

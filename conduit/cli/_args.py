@@ -35,6 +35,11 @@ def seeds(text: str) -> int:
     return _int(text, f"an integer from 1 to {MAX_SEEDS} (runs, one per seed)", 1, MAX_SEEDS)
 
 
+def fold(text: str) -> int:
+    """``--fold``: nodes per simulated representative, an integer from 1 (exact) to 4,096."""
+    return _int(text, "an integer from 1 (no folding) to 4096", 1, 4096)
+
+
 def sim_time(text: str) -> float:
     """``--sim-time``: simulated seconds > 0, a number or a time with a unit (``"30 s"``, ``"500 ms"``)."""
     import math

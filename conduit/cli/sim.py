@@ -67,7 +67,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise ConduitError("--sim-time and --iterations are alternatives; give one of them")
     iterations = args.iterations if args.iterations is not None else DEFAULT_ITERATIONS
     run = {"iterations": iterations, "params": params, "overrides": overrides, "stock_costs": stock_costs,
-           "sim_time": args.sim_time, "plane_costs": plane_costs}
+           "sim_time": args.sim_time, "plane_costs": plane_costs, "fold": args.fold}
     if args.seeds > 1:
         from conduit.sim.seeds import simulate_seeds
 
@@ -204,6 +204,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plane-costs", type=Path, default=None, metavar="FILE",
                    help="Conduit's own costs (PlaneCosts): a calibration from `conduit calibrate --plane-json FILE` "
                         "or a YAML/JSON mapping of PlaneCosts fields; echoed in the output's provenance")
+    p.add_argument("--fold", type=_args.fold, default=1, metavar="K",
+                   help="PPO: simulate one representative per K identical nodes besides the driver's; an "
+                        "approximation for large clusters, marked in the result (default 1: exact)")
     p.add_argument("--json", action="store_true", help="print one JSON object (metrics per docs/metrics.md, audit)")
     p.add_argument("--trace", type=Path, help="chunk, update and tier traces: t.csv, t.updates.csv, t.tiers.csv")
     conventions.add_progress_flag(p)

@@ -459,15 +459,17 @@ class DeployedRoute:
         argument; RLlib shards zero-length tickets all onto learner 0: the call's size is negligible). A local
         learner (``num_learners=0``) is called in place (``learner_group.py: LearnerGroup.update``, ``is_local``)."""
         yield simpy.AllOf(self.env, runner_procs)  # every ticket in (the end of each runner's process)
-        yield from self.read_runner_results([state.replies[r.id] for r in self.layout.runners])
-        tickets = len(self.layout.runners)
+        runners = self.layout.runners
+        yield from self.read_runner_results([state.replies[r.id] for r in runners], [self.weight(r) for r in runners])
+        tickets = self.logical_runners
         for lr in state.learners:
-            yield from self.on_driver(self.update_call_cpu(tickets / len(state.learners), 0.0, 0.0))
+            calls = self.weight(lr)  # a folded learner's node stands for this many learners' calls
+            yield from self.on_driver(self.update_call_cpu(tickets / self.logical_learners, 0.0, 0.0) * calls)
             if self.workload.local_learner:
                 state.update_call[lr.id].succeed()
             else:
                 self.env.process(self._deployed_call_arrives(state.update_call[lr.id]))
-            self.stock_calls["update_call"] += 1
+            self.stock_calls["update_call"] += calls
 
     def _deployed_ticket(self, runner: RunnerRole, state: Any) -> Generator:
         """A runner's reply under ``enable()``, once its sampling is done: one placeholder episode of no
@@ -475,7 +477,7 @@ class DeployedRoute:
         (:meth:`~conduit.sim.engine.Simulation.read_runner_results`)."""
         s = self.stock
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
-        yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes
+        yield from self.on_driver(s.rpc_driver_cpu * self.weight(runner))  # the reply handled as it comes
         return 1, 0, 0.0
 
     def _deployed_call_arrives(self, event: simpy.Event) -> Generator:

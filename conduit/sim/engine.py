@@ -41,6 +41,7 @@ from conduit.sim.cores import CoreUse
 from conduit.sim.deployed import MULTI_LEARNER_WARNING, DeployedRoute
 from conduit.sim.direct import DirectRoute
 from conduit.sim.dqn import DqnLoop
+from conduit.sim.fold import FOLDABLE_ALGORITHMS, check_factor, fold_topology
 from conduit.sim.metrics import ChunkTrace, Recorder
 from conduit.sim.network import Network
 from conduit.sim.params import PlaneCosts, StockCosts
@@ -146,7 +147,12 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
     process step (:meth:`move_now`, :meth:`place_now`), the network re-solving only the
     components an instant's flow starts and ends touch (``Network(component_solve=...)``) and
     keeping its flows' finishes in a heap per route class (``Network(class_heaps=...)``), and the driver's
-    thread on a node with a core per thread served by arithmetic (:meth:`on_driver`)."""
+    thread on a node with a core per thread served by arithmetic (:meth:`on_driver`).
+
+    ``fold=K`` (> 1) simulates the driver's node and one representative node for every ``K`` of the
+    others (:mod:`conduit.sim.fold`): an approximation, never the default, whose error against the
+    exact simulation ``benchmarks/sim_speed.py --fold K`` prints. The result says so (``fold`` in its
+    provenance, a validity warning)."""
 
     def __init__(
         self,
@@ -163,12 +169,22 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         fast: bool = True,
         stock_source: str | None = None,
         plane_source: str | None = None,
+        fold: int = 1,
     ):
         if iterations < 1:
             raise ConduitError(f"iterations must be >= 1, got {iterations}")
         self.path = policy.path
         self.layout: ClusterLayout = lay_out(topology, workload)
-        workload = auto_fragment(workload, len(self.layout.runners), len(self.layout.learners))
+        #: the cluster's runners and learners, folded or not (the workload's and the contract's counts)
+        self.logical_runners, self.logical_learners = len(self.layout.runners), len(self.layout.learners)
+        workload = auto_fragment(workload, self.logical_runners, self.logical_learners)
+        self.unfolded_topology = topology
+        if check_factor(fold) != 1 and workload.algorithm not in FOLDABLE_ALGORITHMS:
+            raise ConduitError(f"fold: folding is implemented for {', '.join(FOLDABLE_ALGORITHMS)}; workload "
+                               f"{workload.name!r} is {workload.algorithm!r} (use fold=1)")
+        topology, self.fold = fold_topology(topology, self.layout.driver_node, fold)
+        if self.fold.factor > 1:
+            self.layout = lay_out(topology, workload)
         if plane is None:
             from conduit.sim.cost_file import default_plane_costs
 
@@ -198,7 +214,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         self.fast = fast
         self.batch_draws = fast and workload.algorithm != "dqn"
         self._draw_block, self._draw_at = np.zeros(0), 0
-        self.network = Network(self.env, topology.graph, component_solve=fast, class_heaps=fast)
+        self.network = Network(self.env, topology.graph, component_solve=fast, class_heaps=fast,
+                               multiplicity=self._device_multiplicity(topology))
         self.cpus = {
             node: CpuPool(self.env, node, sum(c.get("cores", 1) for c in topology.devices_of("cpu", node)) or 1,
                           float(next((c.get("cpu_speed", 1.0) for c in topology.devices_of("cpu", node)), 1.0)),
@@ -215,9 +232,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
             for r in self.layout.runners
         }
         self.ledger = TierLedger(self.env, topology)
-        self.contract = workload.contract(runners=len(self.layout.runners))
+        self.contract = workload.contract(runners=self.logical_runners)
         if self.deployed and workload.algorithm == "dqn":
-            self.contract = deployed_replay_contract(self.contract, workload, len(self.layout.runners))
+            self.contract = deployed_replay_contract(self.contract, workload, self.logical_runners)
         self.auditor = Auditor(self.contract, tier_capacities={k: int(v) for k, v in self.ledger.capacity.items()})
         self.rules = rules_for(self.contract)
         self.rejections = Rejections()
@@ -249,6 +266,17 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         self._check_fits()
 
     # ------------------------------------------------------------------ helpers
+    def _device_multiplicity(self, topology: Topology) -> dict[str, int]:
+        """Device id -> how many devices it stands for, where folding made it more than one."""
+        if self.fold.factor == 1:
+            return {}
+        return {d.id: self.fold.of_node(d.node) for d in topology.devices.values() if self.fold.of_node(d.node) > 1}
+
+    def weight(self, role: RunnerRole | LearnerRole) -> int:
+        """How many runners or learners ``role`` stands for: its node's multiplicity when folded, else 1.
+        The driver's per-runner and per-learner work is charged this many times."""
+        return self.fold.of_node(role.node)
+
     def _check_fits(self) -> None:
         w = self.workload
         biggest = max(self.ledger.capacity.values())
@@ -292,7 +320,8 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
             return s.local_call_overhead
         return s.rpc_driver_cpu + s.shard_serialize(episodes, steps, nbytes)
 
-    def read_runner_results(self, results: Sequence[tuple[float, float, float] | None]) -> Generator:
+    def read_runner_results(self, results: Sequence[tuple[float, float, float] | None],
+                            weights: Sequence[int] | None = None) -> Generator:
         """The driver's side of a ``foreach_env_runner`` sample round once every reply is in.
 
         ``utils/actor_manager.py: FaultTolerantActorManager._fetch_result`` waits for *every* call's
@@ -303,16 +332,20 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         (``StockCosts.driver_bookkeeping`` per result). ``results`` holds each reply's ``(episodes,
         steps, bytes)`` (``None``: a runner that returned nothing); returns the bookkeeping's seconds.
         The loop of gets is one stretch of the driver's one thread: no other driver work runs between two
-        gets, so it is held once, for all of them."""
+        gets, so it is held once, for all of them. ``weights[i]``: how many runners reply ``i`` stands
+        for in a folded simulation (:meth:`weight`); each is read that many times."""
         s = self.stock
-        read = [r for r in results if r is not None]
+        if weights is None:
+            weights = [1] * len(results)
+        read = [(r, n) for r, n in zip(results, weights, strict=True) if r is not None]
         gets = 0.0
-        for episodes, steps, nbytes in read:
-            gets += s.sample_deserialize(episodes, steps, nbytes)
+        for (episodes, steps, nbytes), n in read:
+            gets += s.sample_deserialize(episodes, steps, nbytes) * n
         if read:
             yield from self.on_driver(gets)
-        self.stock_calls["sample_result"] += len(read)
-        bookkeeping = len(read) * s.driver_bookkeeping
+        replies = sum(n for _r, n in read)
+        self.stock_calls["sample_result"] += replies
+        bookkeeping = replies * s.driver_bookkeeping
         if bookkeeping > 0:
             yield from self.on_driver(bookkeeping)
         return bookkeeping

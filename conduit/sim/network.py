@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,8 +160,11 @@ class Network:
     """
 
     def __init__(self, env: simpy.Environment, graph: nx.Graph, *, component_solve: bool = True,
-                 class_heaps: bool = True) -> None:
+                 class_heaps: bool = True, multiplicity: Mapping[Hashable, int] | None = None) -> None:
         self.env = env
+        #: graph node -> how many identical devices it stands for (a folded simulation,
+        #: :mod:`conduit.sim.fold`): a flow with an end there stands for that many flows
+        self.multiplicity = dict(multiplicity or {})
         #: re-solve only the components an instant's starts and ends touch (exact; False: every
         #: active class at every re-solve, the reference)
         self.component_solve = component_solve
@@ -204,7 +207,8 @@ class Network:
         self._c_links: list[tuple[int, ...]] = [()]
         self._c_solo: list[float] = [0.0]  # the route's bottleneck capacity
         self._c_latency: list[float] = [0.0]
-        self._c_mult: list[int] = [0]  # active flows in the class
+        self._c_mult: list[int] = [0]  # active flows in the class (each counted as its weight)
+        self._c_weight: list[int] = [1]  # the flows each transfer of the class stands for
         self._c_local: list[int] = [0]  # listed id (0: not listed)
         self._c_bytes: list[float] = [0.0]  # bytes the class's completed flows sent
 
@@ -300,7 +304,7 @@ class Network:
         live = clocks.live_slots()
         progress = clocks.nbytes[live] - clocks.remaining(live, now)
         for cls, nbytes in zip(clocks.cls[live].tolist(), progress.tolist()):
-            sent[cls] += nbytes
+            sent[cls] += nbytes * self._c_weight[cls]
         for cls, nbytes in sent.items():
             if nbytes:
                 carried[self._c_route[cls].links] += nbytes
@@ -330,6 +334,8 @@ class Network:
         self._c_solo.append(float(self.bandwidth[route.links].min()) if route.links.size else math.inf)
         self._c_latency.append(float(self.latency[route.links].sum()))
         self._c_mult.append(0)
+        mult = self.multiplicity
+        self._c_weight.append(max(mult.get(src, 1), mult.get(dst, 1)) if mult else 1)
         self._c_local.append(0)
         self._c_bytes.append(0.0)
         self._class_of[(src, dst)] = cls
@@ -454,6 +460,7 @@ class Network:
         """Give each started transfer a slot and count it on its links; ``[(slot, class)]``."""
         now = self.env.now
         count, c_links, c_mult, c_local = self._count, self._c_links, self._c_mult, self._c_local
+        c_weight = self._c_weight
         since = self._busy_since
         clocks = self._clocks
         admitted = []
@@ -466,17 +473,19 @@ class Network:
                 clocks.start_epoch(cls, now, float(self._l_rate[lid]) if lid else self._c_solo[cls])
             nbytes = float(xfer.nbytes)
             clocks.join(slot, cls, nbytes, COMPLETION_RTOL * nbytes, now)
+            weight = c_weight[cls]
             for link in c_links[cls]:
                 if not count[link]:
                     since[link] = now
-                count[link] += 1
-            c_mult[cls] += 1
+                count[link] += weight
+            first = not c_mult[cls]
+            c_mult[cls] += weight
             lid = c_local[cls]
             if lid:
                 self._l_mult[lid] = c_mult[cls]
-                if c_mult[cls] == 1:
+                if first:
                     self._dead.discard(lid)
-            elif c_mult[cls] == 1:
+            elif first:
                 self._unlisted.add(cls)
             admitted.append((slot, cls))
         self.events += len(starting)
@@ -605,13 +614,15 @@ class Network:
         busy, since = self._busy_s, self._busy_since
         slot_cls, nbytes = clocks.cls[slots].tolist(), clocks.nbytes[slots].tolist()
         finished = []
+        c_weight = self._c_weight
         for slot, cls, size, left in zip(slots, slot_cls, nbytes, lefts):
+            weight = c_weight[cls]
             for link in c_links[cls]:
-                count[link] -= 1
+                count[link] -= weight
                 if not count[link]:
                     busy[link] += now - since[link]
-            c_mult[cls] -= 1
-            self._c_bytes[cls] += size - left  # what it sent, crumbs included
+            c_mult[cls] -= weight
+            self._c_bytes[cls] += (size - left) * weight  # what it sent, crumbs included
             lid = c_local[cls]
             if lid:
                 self._l_mult[lid] = c_mult[cls]

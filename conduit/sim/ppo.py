@@ -198,7 +198,9 @@ class PpoLoop:
         yield state.sampling_done
         t_a = self.env.now
         yield simpy.AllOf(self.env, runner_procs)
-        bookkeeping = yield from self.read_runner_results([state.replies[r.id] for r in self.layout.runners])
+        runners = self.layout.runners
+        bookkeeping = yield from self.read_runner_results([state.replies[r.id] for r in runners],
+                                                          [self.weight(r) for r in runners])
         self.rec.span(k, "a", t_a, self.env.now - bookkeeping)
         self.rec.span(k, "a2", 0.0, bookkeeping)  # its own work; queueing is in a
         t_b = self.env.now
@@ -209,8 +211,9 @@ class PpoLoop:
             episodes = len(cids) * w.chunk_episodes
             # the shard becomes a call argument (a local learner: called in place); the driver goes on to
             # the next shard without waiting
-            yield from self.on_driver(self.update_call_cpu(episodes, len(cids) * w.chunk_rows, nbytes))
-            self.stock_calls["update_call"] += 1
+            calls = self.weight(lr)  # a folded learner's node stands for this many learners' calls
+            yield from self.on_driver(self.update_call_cpu(episodes, len(cids) * w.chunk_rows, nbytes) * calls)
+            self.stock_calls["update_call"] += calls
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
 
@@ -232,7 +235,7 @@ class PpoLoop:
         for cid in cids:
             if not self.move_now(cid, self.host_tier(driver_mem)):
                 yield from self.move_to(cid, self.host_tier(driver_mem))
-        yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes
+        yield from self.on_driver(s.rpc_driver_cpu * self.weight(runner))  # the reply handled as it comes
         return episodes, steps, nbytes
 
     def stock_deliver_shard(self, lr: LearnerRole, cids: list[int], nbytes: float, episodes: float,

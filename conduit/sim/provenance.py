@@ -88,14 +88,16 @@ def provenance(sim: Simulation, stock_source: str | None = None) -> dict[str, An
     from conduit import __version__
 
     policy = sim.policy
+    folded = {"fold": sim.fold.describe()} if sim.fold.factor > 1 else {}  # only a folded run has the block
     return {
         "project_version": __version__,
         "seed": sim.seed,
         "iterations": sim.iterations,
         "workload": {k: _plain(v) for k, v in asdict(sim.workload).items()},
-        "topology": {"name": sim.topology.name, "source": str(sim.topology.source),
-                     "sha256": topology_hash(sim.topology), "gpus": len(sim.topology.devices_of("gpu")),
-                     "nodes": len(sim.topology.nodes)},
+        "topology": {"name": sim.unfolded_topology.name, "source": str(sim.unfolded_topology.source),
+                     "sha256": topology_hash(sim.unfolded_topology), "gpus": len(sim.unfolded_topology.devices_of("gpu")),
+                     "nodes": len(sim.unfolded_topology.nodes)},
+        **folded,
         "policy": {"name": policy.name, "params": {k: _plain(v) for k, v in (policy.params or {}).items()},
                    "path": {k: _plain(v) for k, v in asdict(policy.path).items()} if is_dataclass(policy.path) else {}},
         "cost_parameters": {
@@ -151,8 +153,13 @@ def validity(sim: Simulation) -> dict[str, Any]:
     nearest calibrated value and the factor from it (``None`` when no calibrated point has any,
     e.g. GPUs on a CPU-only reference), whether the run extrapolates, and the warnings."""
     points = calibrated_points()
-    run = _dimensions(sim.topology, sim.workload, len(sim.layout.runners))
+    run = _dimensions(sim.unfolded_topology, sim.workload, sim.logical_runners)
     out: dict[str, Any] = {"calibrated_points": points, "run": run, "dimensions": {}, "warnings": []}
+    if sim.fold.factor > 1:
+        out["warnings"].append(
+            f"folded: {len(sim.fold.multiplicity)} of {sim.fold.logical_nodes} nodes simulated, each standing for up "
+            f"to {max(sim.fold.multiplicity.values())} (fold={sim.fold.factor}); an approximation of the exact "
+            f"simulation (benchmarks/sim_speed.py --fold prints its error)")
     extrapolating = False
     for dim in DIMENSIONS:
         values = sorted({float(p[dim]) for p in points})
@@ -188,8 +195,8 @@ def round_updates(sim: Simulation) -> int:
     if w.algorithm == "appo":
         return max(1, int(w.broadcast_interval))
     if w.algorithm == "dqn":
-        learners = max(1, len(sim.layout.learners))
-        inserted = len(sim.layout.runners) * w.chunk_steps
+        learners = max(1, sim.logical_learners)
+        inserted = sim.logical_runners * w.chunk_steps
         return max(1, math.ceil(w.replay_ratio * inserted / (w.batch_size * learners)))
     return 1
 

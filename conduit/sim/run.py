@@ -75,7 +75,7 @@ def run_for_sim_time(make, sim_time: float):
 
 def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iterations: int = 10, seed: int = 0,
              params: dict | None = None, progress=None, overrides: dict | None = None,
-             stock_costs: Any = None, sim_time: float | None = None, plane_costs: Any = None):
+             stock_costs: Any = None, sim_time: float | None = None, plane_costs: Any = None, fold: int = 1):
     """Run one simulation; every argument may be a name, a path or an object. Public as ``conduit.simulate``.
 
     ``overrides`` replaces workload fields (``{"runners_per_gpu": 4}``; text such as ``"2 ms"`` is typed
@@ -94,7 +94,11 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
     JSON from ``conduit calibrate --plane-json``, a mapping of :class:`~conduit.sim.params.PlaneCosts`
     fields, or a ``PlaneCosts``). ``sim_time``: simulated seconds of steady state to cover,
     instead of ``iterations`` (:func:`run_for_sim_time`). The result carries ``provenance``,
-    ``validity`` and ``steady_state`` blocks and their ``warnings`` (:mod:`conduit.sim.provenance`)."""
+    ``validity`` and ``steady_state`` blocks and their ``warnings`` (:mod:`conduit.sim.provenance`).
+
+    ``fold=K`` (PPO only) simulates one representative for every ``K`` identical nodes besides the
+    driver's (:mod:`conduit.sim.fold`): much faster at scale, an approximation whose error against the
+    exact run ``benchmarks/sim_speed.py --fold K`` prints; the result says it was folded."""
     from conduit.registry import create_policy
     from conduit.sim.cost_file import resolve_plane_costs, resolve_stock_costs
     from conduit.sim.engine import Simulation
@@ -122,7 +126,7 @@ def simulate(topology: Any, workload: Any, policy: Any = DEFAULT_POLICY, *, iter
 
     def make(n: int) -> Simulation:
         return Simulation(topo, wl, pol, iterations=n, seed=seed, progress=progress, stock=stock,
-                          stock_source=stock_source, plane=plane, plane_source=plane_source)
+                          stock_source=stock_source, plane=plane, plane_source=plane_source, fold=fold)
 
     if sim_time is not None:
         return run_for_sim_time(make, sim_time)
