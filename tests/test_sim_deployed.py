@@ -444,3 +444,36 @@ def test_deployed_dqn_reads_each_empty_reply_after_the_last_with_the_metrics_onc
     read = n * (get_ms + book_ms) * 1e-3
     spans = [seg["a"] for seg in sim.rec.segments.values() if "a" in seg]
     assert spans and all(a >= read * (1 - 1e-9) for a in spans)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seconds=st.floats(1e-3, 0.5), others=st.integers(0, 3))
+def test_a_cpu_learners_value_pass_takes_a_core_of_its_crowded_node(seconds, others):
+    """GAE's value pass (under ``enable()`` the ``ValueStream``'s, which runs while the runners sample) is torch
+    compute of the learner's process: on a CPU learner of a crowded node it holds a core of that node, as the
+    update does, so its core-seconds are the node's and, beside ``others`` threads' compute on the node's cores,
+    the last of them ends no sooner than the cores allow. A GPU learner's runs on the GPU and takes no core."""
+    workload = load_workload({"base": "ppo", "env_runners": 2, "learners": 1, "local_learner": False})
+    for topology, on_cpu in ((load_topology(REF), True), (tiny(gpus=1), False)):
+        sim = Simulation(topology, workload, create_policy("conduit"), iterations=1)
+        lr = sim.layout.learners[0]
+        assert (lr.hbm is None) == on_cpu
+        if on_cpu:
+            assert sim.crowded[lr.node]
+        pool, ends = sim.cpus[lr.node], []
+
+        def thread(work, ends=ends, env=sim.env):
+            yield from work
+            ends.append(env.now)
+
+        for _ in range(others):
+            sim.env.process(thread(sim.on_cores(lr.node, seconds)))
+        sim.env.process(thread(sim.value_pass(lr, seconds)))
+        sim.env.run()
+        assert sim.compute[lr.device].busy_seconds == pytest.approx(seconds)
+        if on_cpu:
+            threads = others + 1
+            assert pool.busy_core_seconds >= threads * seconds * (1 - 1e-9)
+            assert max(ends) >= threads * seconds / pool.cores * (1 - 1e-9)
+        else:  # a node with a core per process: nothing waits, nothing is counted on its pool
+            assert pool.busy_core_seconds == 0.0 and max(ends) == pytest.approx(seconds)

@@ -47,6 +47,20 @@ class CoreUse:
             threads[self.layout.driver_node] += w.learner_threads - 1  # its extra torch threads
         return {node: threads[node] > self.cpus[node].cores for node in self.cpus}
 
+    def value_pass(self, lr: LearnerRole, seconds: float) -> Generator:
+        """The value function's forward pass for GAE (``compute_values``; under ``enable()`` the
+        ``ValueStream``'s, ``values.py``) on the learner's device. A GPU runs it on its engine. A CPU
+        learner (``lr.hbm`` None) on a crowded node runs it on a core of its node, as its update does
+        (:meth:`learner_compute`): the forward pass is torch compute of the learner's process (a local
+        learner's: the driver's), so while runners sample beside it -- the deployed ``ValueStream``
+        evaluates fragments as they land -- it takes a core from them."""
+        node = self.layout.driver_node if self.workload.local_learner else lr.node
+        if lr.hbm is None and self.crowded[node]:
+            yield from self.on_cores(node, seconds)
+            self.compute[lr.device].busy_seconds += seconds
+            return
+        yield from self.compute[lr.device].run(seconds)
+
     def on_cores(self, node: str, seconds: float) -> Generator:
         """``seconds`` of one thread's compute (sampling, a CPU learner's update) on a core of ``node``:
         in quanta on a crowded node (each paying the pool's ``oversubscribed_cost`` while every core is

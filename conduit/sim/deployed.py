@@ -80,8 +80,8 @@ work; a replay draw and a priority update are measured as whole calls on the act
 (``PlaneCosts.replay_draw``, ``PlaneCosts.priorities``).
 
 **Sampling costs CPU.** A sample call holds its EnvRunner's thread and a core of its node for its
-duration, so the sender's packing and puts delay sampling, and the plane actor's copies compete with
-sampling for the node's cores: the throughput loss measured for real APPO on two cores can appear.
+duration, so the sender's packing and puts delay sampling, and the plane actor's copies (and a CPU
+learner's value stream, :meth:`~conduit.sim.cores.CoreUse.value_pass`) compete with sampling for the node's cores: the throughput loss measured for real APPO on two cores can appear.
 On a node with fewer cores than the processes that may run there (runners, learners, the plane
 actor, the driver), the call is held in quanta of :data:`SAMPLING_QUANTUM` (CPython's GIL switch
 interval, ``sys.getswitchinterval()``, 5 ms; the kernel's time slices are of that order), so that a
@@ -433,7 +433,7 @@ class DeployedRoute:
             # the peek, then the rows copied into the learner's own batch
             yield from self.deployed_deliver(lr, nbytes, kind="peek", then=nbytes / self.plane.pack_bandwidth)
             yield from self.copy_to_device(lr, nbytes, pinned=False)  # compute_values' forward pass input
-            yield from self.compute[lr.device].run(len(cids) * w.chunk_steps * w.value_pass_per_sample)
+            yield from self.value_pass(lr, len(cids) * w.chunk_steps * w.value_pass_per_sample)
             done += len(cids)
 
     def deployed_ppo_learner_batch(self, lr: LearnerRole, state: Any) -> Generator:
