@@ -54,12 +54,19 @@ class CoreUse:
         (:meth:`learner_compute`): the forward pass is torch compute of the learner's process (a local
         learner's: the driver's), so while runners sample beside it -- the deployed ``ValueStream``
         evaluates fragments as they land -- it takes a core from them."""
-        node = self.layout.driver_node if self.workload.local_learner else lr.node
-        if lr.hbm is None and self.crowded[node]:
-            yield from self.on_cores(node, seconds)
-            self.compute[lr.device].busy_seconds += seconds
+        node = self.crowded_cpu_learner_node(lr)
+        if node is None:
+            yield from self.compute[lr.device].run(seconds)
             return
-        yield from self.compute[lr.device].run(seconds)
+        yield from self.on_cores(node, seconds)
+        self.compute[lr.device].busy_seconds += seconds
+
+    def crowded_cpu_learner_node(self, lr: LearnerRole) -> str | None:
+        """The node whose cores a CPU learner's compute takes (its own, or the driver's for a local learner)
+        when that node is crowded; None when the compute runs on the learner's engine (a GPU, or a node with a
+        core per process, where nothing waits)."""
+        node = self.layout.driver_node if self.workload.local_learner else lr.node
+        return node if lr.hbm is None and self.crowded[node] else None
 
     def on_cores(self, node: str, seconds: float) -> Generator:
         """``seconds`` of one thread's compute (sampling, a CPU learner's update) on a core of ``node``:
@@ -82,18 +89,18 @@ class CoreUse:
         loop; APPO's local learner trains on its own learner thread), with its extra torch threads
         (:class:`~conduit.sim.torchteam.TorchTeam`) on the other cores."""
         w = self.workload
-        node = self.layout.driver_node if w.local_learner else lr.node
-        if lr.hbm is None and self.crowded[node]:
-            if w.local_learner and self.team is not None:
-                self.team.region(seconds)
-            if w.local_learner and w.algorithm != "appo":
-                yield self.driver_thread.acquire()
-                try:
-                    yield from self.on_cores(node, seconds)
-                finally:
-                    self.driver_thread.release()
-            else:
-                yield from self.on_cores(node, seconds)
-            self.compute[lr.device].busy_seconds += seconds
+        node = self.crowded_cpu_learner_node(lr)
+        if node is None:
+            yield from self.compute[lr.device].run(seconds)
             return
-        yield from self.compute[lr.device].run(seconds)
+        if w.local_learner and self.team is not None:
+            self.team.region(seconds)
+        if w.local_learner and w.algorithm != "appo":
+            yield self.driver_thread.acquire()
+            try:
+                yield from self.on_cores(node, seconds)
+            finally:
+                self.driver_thread.release()
+        else:
+            yield from self.on_cores(node, seconds)
+        self.compute[lr.device].busy_seconds += seconds

@@ -26,6 +26,8 @@ What is *not* exact, and why the result carries a ``fold`` block and a validity 
 * occupancy of the driver node's memory tiers is that of the representatives' chunks, not all of them;
 * the representatives hang off the first switches of the fabric: what the other switches would carry
   between themselves is not simulated (a non-blocking fat tree carries it without queueing);
+* a flow between two representatives that stand for different numbers of nodes (16 and 15) carries the
+  larger multiplicity (PPO's flows run between a node and the driver's node, or within a node);
 * counts in the result (chunks, calls, bytes) are the representatives'.
 
 ``benchmarks/sim_speed.py --fold K`` runs the folded and the exact simulation side by side and prints

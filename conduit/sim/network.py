@@ -153,6 +153,10 @@ def _edge_attribute(u: Hashable, v: Hashable, data: dict, name: str, unit: str, 
 class Network:
     """Transfers over ``graph`` in ``env``, sharing links max-min fairly.
 
+    ``multiplicity`` (graph node -> count, a folded simulation's representatives, :mod:`conduit.sim.fold`):
+    a transfer with an end on such a node stands for that many identical flows (the larger count of its
+    two ends), its route class weighted by it in the solver, the links' flow counts and their bytes.
+
     Counters: ``events`` (flow starts and completions handled), ``resolves``
     (instants whose starts or ends gave some flow a new rate: a fast-path
     start or a re-solve) and ``resolved_flows`` (flows those instants gave a
