@@ -153,3 +153,20 @@ def test_a_cluster_with_nothing_to_fold_runs_exact():
                                                                                iterations=2)
     assert "fold" not in asked.provenance
     assert asked.outcome() == exact.outcome()
+
+
+def test_a_tuning_search_can_fold_every_candidate_and_says_so(tmp_path):
+    """``tune(fold=K)`` simulates every candidate folded; the result and the tuned file record the fold, and an
+    algorithm that cannot be folded is refused before any simulation."""
+    import json
+
+    from conduit.sim.tune import tune, write_result
+
+    result = tune("dgx-h100-x16", "ppo", "conduit", budget=2, iterations=3, fold=4)
+    assert result.fold == 4 and result.simulations == 2
+    written = json.loads(write_result(result, tmp_path / "tuned.json").read_text())
+    assert written["fold"] == 4
+    calls: list[int] = []
+    with pytest.raises(ConduitError, match="fold.*dqn"):
+        tune("dgx-h100-x16", "dqn", "conduit", budget=2, iterations=3, fold=4, progress=lambda d, t: calls.append(d))
+    assert calls == []

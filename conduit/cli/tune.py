@@ -87,7 +87,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     with conventions.progress_bar(f"tuning {args.policy} for {args.workload} on {args.topology}",
                                   conventions.progress_enabled(args), unit="simulation") as bar:
         result = tune(args.topology, args.workload, args.policy, budget=args.budget, seed=args.seed,
-                      iterations=args.iterations, objective=args.objective, progress=bar)
+                      iterations=args.iterations, objective=args.objective, progress=bar, fold=args.fold)
     written = write_result(result, args.out)
     if args.json:
         print(json.dumps(result_json(result, written), indent=2))
@@ -99,7 +99,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 #: the keys of ``conduit tune --json``, in order (documented in the README)
 JSON_KEYS = ("policy", "topology", "workload", "objective", "budget", "simulations", "infeasible", "seed",
              "iterations", "wall_s", "default_params", "best_params", "default_metrics", "best_metrics",
-             "improved", "gains", "written")
+             "improved", "gains", "written", "fold")
 
 
 def result_json(result: TuneResult, written: Path | None) -> dict[str, Any]:
@@ -121,6 +121,7 @@ def result_json(result: TuneResult, written: Path | None) -> dict[str, Any]:
         "best_params": {k: _plain(v) for k, v in result.best_params.items()},
         "default_metrics": _json_metrics(result.default_metrics), "best_metrics": _json_metrics(result.best_metrics),
         "improved": result.improved, "gains": gains, "written": str(written) if written is not None else None,
+        "fold": result.fold,
     }
     return out
 
@@ -145,6 +146,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"what to minimise (default {DEFAULT_OBJECTIVE}; ties broken by the other)")
     p.add_argument("--out", type=Path,
                    help="tuned-parameter file (default results/tuned-<policy>-<workload>-<topology>.json)")
+    p.add_argument("--fold", type=_args.fold, default=1, metavar="K",
+                   help="PPO: simulate every candidate with one representative per K identical nodes besides the "
+                        "driver's (conduit sim --fold); default 1: exact")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object instead of the table (keys: " + ", ".join(JSON_KEYS) + ")")
     conventions.add_progress_flag(p)
