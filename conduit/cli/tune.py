@@ -50,6 +50,9 @@ def print_table(result: TuneResult, written: Path | None = None) -> None:
     print(f"conduit tune: policy {result.policy} for {result.workload} on {result.topology}, "
           f"objective {result.objective}; {result.simulations} simulations (budget {result.budget}), "
           f"{result.iterations} iterations, seed {result.seed}, {result.wall_s:.1f} s")
+    if result.fold != 1:
+        print(f"  every simulation folded (fold={result.fold}): an approximation of the exact simulation "
+              f"(benchmarks/sim_speed.py --fold prints its error); a gain smaller than that error is not a finding")
     infeasible = sum(not t.feasible for t in result.history)
     if infeasible:
         print(f"  {infeasible} infeasible run(s) (audit violations or refused parameters) were never chosen")
