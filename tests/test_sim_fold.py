@@ -170,3 +170,19 @@ def test_a_tuning_search_can_fold_every_candidate_and_says_so(tmp_path):
     with pytest.raises(ConduitError, match="fold.*dqn"):
         tune("dgx-h100-x16", "dqn", "conduit", budget=2, iterations=3, fold=4, progress=lambda d, t: calls.append(d))
     assert calls == []
+
+
+def test_a_driver_node_unlike_the_others_is_simulated_as_it_is():
+    """A head node of another type runs the driver; the identical nodes behind it fold, and the folded run stays
+    within a percent of the exact one."""
+    from conduit.topology import topology_from_dict
+
+    spec = {"name": "head-and-workers", "cluster": {
+        "nodes": [{"type": "dgx-a100", "count": 1, "prefix": "h"}, {"type": "dgx-h100", "count": 6, "prefix": "w"}],
+        "fabric": {"kind": "fat-tree", "rail_optimized": False, "leaves": 2, "spines": 2,
+                   "host_link": {"latency": "0.5 us"}, "uplink": {"bandwidth": "1.6 Tb/s", "latency": "0.3 us"}}}}
+    topology = topology_from_dict(spec)
+    runs = {fold: Simulation(topology, load_workload("ppo"), create_policy("rllib-stock"), iterations=3,
+                             fold=fold).run() for fold in (1, 3)}
+    assert runs[3].provenance["fold"]["simulated_nodes"] == 3  # the head node and two workers standing for 3 each
+    assert runs[3].metrics["iteration_time_s"] == pytest.approx(runs[1].metrics["iteration_time_s"], rel=0.01)

@@ -33,8 +33,9 @@ What is *not* exact, and why the result carries a ``fold`` block and a validity 
 ``benchmarks/sim_speed.py --fold K`` runs the folded and the exact simulation side by side and prints
 the error of every headline figure; folding is never the default.
 
-Folding needs nodes that are the same: the same devices (kinds and attributes) and the same private
-links. A topology whose nodes differ is refused, naming the first node that differs; so is an
+Folding needs the nodes it folds to be the same: the same devices (kinds and attributes) and the same
+private links (the driver's node, simulated as it is, may differ: a head node). A topology whose other
+nodes differ is refused, naming the first node that differs; so is an
 algorithm whose loop does not charge the driver per represented role (today: PPO and GRPO only).
 """
 
@@ -115,12 +116,12 @@ def fold_topology(topology: Topology, driver_node: str, factor: int) -> tuple[To
         owner = _private(link, node_of)
         if owner is not None:
             private[owner].append(link)
-    reference = _signature(topology, driver_node, private[driver_node])
-    for node in nodes:
+    others = [n for n in nodes if n != driver_node]  # the driver's node is simulated as it is: it may differ
+    reference = _signature(topology, others[0], private[others[0]])
+    for node in others[1:]:
         if _signature(topology, node, private[node]) != reference:
             raise ConduitError(f"fold: node {node!r} of topology {topology.name!r} differs from node "
-                               f"{driver_node!r} (devices or links): only identical nodes can be folded")
-    others = [n for n in nodes if n != driver_node]
+                               f"{others[0]!r} (devices or links): only identical nodes can be folded")
     simulated = math.ceil(len(others) / factor)
     if simulated == len(others):  # every node would stand for itself: the exact simulation
         return topology, Fold(1, {n: 1 for n in nodes}, len(nodes))
