@@ -41,7 +41,7 @@ from conduit.sim.cores import CoreUse
 from conduit.sim.deployed import MULTI_LEARNER_WARNING, DeployedRoute
 from conduit.sim.direct import DirectRoute
 from conduit.sim.dqn import DqnLoop
-from conduit.sim.fold import FOLDABLE_ALGORITHMS, check_factor, fold_topology
+from conduit.sim.fold import check_fold, fold_topology
 from conduit.sim.metrics import ChunkTrace, Recorder
 from conduit.sim.network import Network
 from conduit.sim.params import PlaneCosts, StockCosts
@@ -179,10 +179,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         self.logical_runners, self.logical_learners = len(self.layout.runners), len(self.layout.learners)
         workload = auto_fragment(workload, self.logical_runners, self.logical_learners)
         self.unfolded_topology = topology
-        if check_factor(fold) != 1 and workload.algorithm not in FOLDABLE_ALGORITHMS:
-            raise ConduitError(f"fold: folding is implemented for {', '.join(FOLDABLE_ALGORITHMS)}; workload "
-                               f"{workload.name!r} is {workload.algorithm!r} (use fold=1)")
-        topology, self.fold = fold_topology(topology, self.layout.driver_node, fold)
+        topology, self.fold = fold_topology(topology, self.layout.driver_node, check_fold(fold, workload))
         if self.fold.factor > 1:
             self.layout = lay_out(topology, workload)
         if plane is None:

@@ -103,6 +103,15 @@ def check_factor(factor: Any) -> int:
     return factor
 
 
+def check_fold(factor: Any, workload: Any) -> int:
+    """``factor`` when ``workload`` can be folded by it (:func:`check_factor`; 1 always can), else a
+    :class:`ConduitError` naming ``fold`` and the algorithm."""
+    if check_factor(factor) != 1 and workload.algorithm not in FOLDABLE_ALGORITHMS:
+        raise ConduitError(f"fold: folding is implemented for {', '.join(FOLDABLE_ALGORITHMS)}; workload "
+                           f"{workload.name!r} is {workload.algorithm!r} (use fold=1)")
+    return factor
+
+
 def fold_topology(topology: Topology, driver_node: str, factor: int) -> tuple[Topology, Fold]:
     """The folded topology (the driver's node and the representatives, private links widened) and its
     :class:`Fold`. ``factor`` 1, or a cluster with nothing to fold (every node would stand for itself),

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from conduit.errors import ConduitError
 from conduit.policy import Param, Policy
-from conduit.sim.fold import FOLDABLE_ALGORITHMS, check_factor
+from conduit.sim.fold import check_fold
 
 if TYPE_CHECKING:  # numpy and scipy load on first use: `conduit --help` stays fast
     import numpy as np
@@ -735,9 +735,7 @@ def tune(topology: Any, workload: Any, policy: str | Callable[..., Policy], *, b
 
     topo = topology if isinstance(topology, Topology) else load_topology(topology)
     wl = load_workload(workload)
-    if check_factor(fold) != 1 and wl.algorithm not in FOLDABLE_ALGORITHMS:  # before any simulation
-        raise ConduitError(f"fold: folding is implemented for {', '.join(FOLDABLE_ALGORITHMS)}; workload "
-                           f"{wl.name!r} is {wl.algorithm!r} (use fold=1)")
+    check_fold(fold, wl)  # before any simulation
     stock, stock_source = resolve_stock_costs(stock_costs)
     keys = (objective, next(o for o in OBJECTIVES if o != objective))
 
