@@ -246,7 +246,13 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         # as it arrives (a local learner's plane calls under enable() reserve it for a later arrival);
         # else held through events (and with the fast paths off)
         driver_node = self.layout.driver_node
-        by_events = self.crowded[driver_node] or not fast or (self.deployed and workload.local_learner)
+        # APPO's driver handles each runner's result and each learner's call as they come, interleaved with
+        # the runners' and learners' own work at the same instants (with deterministic env steps, exactly the
+        # same): served by arithmetic, its work would be ordered among theirs by the time it is issued rather
+        # than as SimPy orders the hand-over events, and a tie could go the other way (found by
+        # tests/test_sim_speed.py: a different experience path for one chunk); held through events it is exact
+        by_events = (self.crowded[driver_node] or not fast or (self.deployed and workload.local_learner)
+                     or workload.algorithm == "appo")
         self.driver_lane = ThreadLane(driver_node, self.driver_thread if by_events else None)
         if self.deployed:
             self._deployed_setup()
