@@ -154,8 +154,10 @@ def check_fold(topology, workload, policies, fold: int, iterations: int) -> int:
         cells = []
         for metric in FOLD_METRICS:
             ref, got = exact.metrics[metric], folded.metrics[metric]
-            err = (got - ref) / ref if ref else 0.0
-            cells.append(f"{got:>11.4g} vs {ref:>8.4g} {100 * err:+5.2f}%")
+            if ref:
+                cells.append(f"{got:>11.4g} vs {ref:>8.4g} {100 * (got - ref) / ref:+5.2f}%")
+            else:  # no relative error of a zero: say whether the folded figure is zero too
+                cells.append(f"{got:>11.4g} vs {ref:>8.4g} {'exact' if got == ref else 'n/a':>6}")
         if bool(folded.audit.violations) != bool(exact.audit.violations):
             status = 1
         print(f"{name:<22} " + " ".join(f"{c:>27}" for c in cells)

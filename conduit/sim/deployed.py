@@ -81,7 +81,8 @@ work; a replay draw and a priority update are measured as whole calls on the act
 
 **Sampling costs CPU.** A sample call holds its EnvRunner's thread and a core of its node for its
 duration, so the sender's packing and puts delay sampling, and the plane actor's copies (and a CPU
-learner's value stream, :meth:`~conduit.sim.cores.CoreUse.value_pass`) compete with sampling for the node's cores: the throughput loss measured for real APPO on two cores can appear.
+learner's value stream, :meth:`~conduit.sim.cores.CoreUse.value_pass`) compete with sampling for the
+node's cores: the throughput loss measured for real APPO on two cores can appear.
 On a node with fewer cores than the processes that may run there (runners, learners, the plane
 actor, the driver), the call is held in quanta of :data:`SAMPLING_QUANTUM` (CPython's GIL switch
 interval, ``sys.getswitchinterval()``, 5 ms; the kernel's time slices are of that order), so that a
