@@ -1,20 +1,20 @@
-"""DQN's per-update driver work that the simulator does not charge yet, beside the update it follows.
+"""DQN's per-update driver work on the learner's result, piece by piece, beside the update it follows.
 
 ``DQN._training_step_new_api_stack`` (``algorithms/dqn/dqn.py``, RLlib 2.60), after each
 ``LearnerGroup.update`` (a local learner: ``[self._learner.update(...)]``, ``learner_group.py``), isolates
 the TD errors from the results (``convert_to_numpy(module_results.pop(TD_ERROR_KEY).peek())``, one
 ``np.concatenate`` per module), aggregates the learner's results into the algorithm's metrics
-(``self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)``), and around its steps opens six
-``metrics.log_time`` timers and reads ``metrics.peek`` three times. The simulator charges the update, the
-learner connector, the replay calls, the weight sync and the EnvRunner metrics' aggregation
-(``StockCosts.driver_bookkeeping``), not these three.
+(``self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)``), and around its steps opens
+``metrics.log_time`` timers and reads ``metrics.peek``. The simulator charges this work as
+``StockCosts.learner_results`` (per call and per learner result), measured as one primitive by
+``conduit.runtime.calibrate.measure_learner_results`` (``benchmarks/stock_primitives.py --sections learner``,
+and a calibration's ``learner_results:<workload>``); this script splits it into its pieces, to show where
+the time goes.
 
 Timed here in process, on the study's ``dqn-cartpole-1r`` config (CartPole, a local learner, the total
 train batch drawn from a filled replay buffer; ``studies/rllib_experience_path.py``), one torch thread: per update, medians
 over ``--updates`` after 50 warm-up ones, each piece beside the update (``Learner.update`` with its
-connector) it follows, and their sum as a share of it. Issue 13 context: in the reference window the real
-run spent ~18.1 ms per env step against 15.0 ms predicted; these pieces are a measured part of that gap,
-not yet a model change (``results/validation/NOTES.md``).
+connector) it follows, and their sum as a share of it (``results/validation/NOTES.md``).
 
     RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/dqn_step_extras.py [--updates 300]
 """
@@ -95,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dqn-cartpole-1r, batch {n}, {args.updates} updates after {warmup} warm-up (medians, ms per update)")
     print(f"  {'update (Learner.update with its connector)':<45} {update:8.3f}   (charged by the simulator)")
     for name, ms in medians.items():
-        print(f"  {name:<45} {ms:8.3f}   {100 * ms / update:5.1f}% of the update (not charged)")
+        print(f"  {name:<45} {ms:8.3f}   {100 * ms / update:5.1f}% of the update")
     extra = sum(medians.values())
-    print(f"  {'not charged, in all':<45} {extra:8.3f}   {100 * extra / update:5.1f}% of the update")
+    print(f"  {'in all (StockCosts.learner_results)':<45} {extra:8.3f}   {100 * extra / update:5.1f}% of the update")
     return 0
 
 

@@ -51,6 +51,11 @@ processes on a shared machine do not inflate them; Ray calls are timed in wall t
   ``MetricsLogger.aggregate([metrics], key="env_runners")`` of a real ``SingleAgentEnvRunner``'s
   ``get_metrics()`` after a 200-step CartPole sample (what ``synchronous_parallel_sample``'s caller
   does per result, ``algorithms/algorithm.py``).
+* ``learner_results_per_call_s`` / ``learner_results_per_result_s`` — DQN's driver after each
+  ``LearnerGroup.update``: the TD errors isolated from each learner's result, the results aggregated into
+  the algorithm's metrics, the replay buffer's metrics aggregated, the update's timers and peeks
+  (:func:`conduit.runtime.calibrate.measure_learner_results`), on RLlib's default ``DQNConfig`` for
+  CartPole with a local learner: per call and per learner result (CPU time).
 
 Writes JSON (``--out``, default ``results/stock_primitives.json``) that
 :mod:`conduit.sim.params` quotes as the source of :class:`~conduit.sim.params.StockCosts`.
@@ -58,7 +63,7 @@ Writes JSON (``--out``, default ``results/stock_primitives.json``) that
     RAY_AUTH_MODE=disabled python benchmarks/stock_primitives.py [--out FILE]
 
 ``--sections`` measures only some of the groups (``pickle``, ``serializer``, ``buffer``, ``connector``, ``ray``,
-``callee``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
+``callee``, ``learner``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
 with ``<section>_when``, e.g. adding the callee's CPU to the file the simulator reads::
 
     RAY_AUTH_MODE=disabled python benchmarks/stock_primitives.py --sections callee --merge \
@@ -79,7 +84,7 @@ from pathlib import Path
 
 from conduit.runtime.proccpu import callee_cpu_per_call
 
-SECTIONS = ("pickle", "serializer", "buffer", "connector", "ray", "callee")
+SECTIONS = ("pickle", "serializer", "buffer", "connector", "ray", "callee", "learner")
 #: the serializer section's episode lengths (steps) and list sizes (episodes)
 SERIALIZER_LENGTHS = (25, 200)
 SERIALIZER_LISTS = (4, 64)
@@ -179,6 +184,28 @@ def _connector_primitives(repeats: int) -> dict:
     out["driver_bookkeeping_s"] = _cpu(lambda: logger.aggregate([metrics], key="env_runners"), repeats)
     runner.stop()
     return out
+
+
+def _learner_primitives() -> dict:
+    """DQN's driver-side handling of each update's results, on RLlib's default DQN config for CartPole."""
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    from conduit.runtime import calibrate
+
+    cfg = DQNConfig().environment("CartPole-v1").learners(num_learners=0)
+    runner = calibrate._local_env_runner(cfg)
+    learner = cfg.build_learner(env=runner.env)
+    try:
+        buffer = calibrate._replay_buffer(dict(cfg.replay_buffer_config))
+        n = int(cfg.total_train_batch_size)
+        calibrate._fill_replay(buffer, runner, cfg, [n])
+        m = calibrate.measure_learner_results("dqn-cartpole", learner, lambda: calibrate._draw_replay(buffer, cfg, n),
+                                              buffer)
+    finally:
+        calibrate._stop_learner(learner)
+        runner.stop()
+    return {"learner_results_per_call_s": m.latency, "learner_results_per_result_s": m.per_item,
+            "learner_results_note": m.note}
 
 
 def _pickle_primitives(repeats: int) -> dict:
@@ -385,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         out.update(_buffer_primitives(args.repeats))
     if "connector" in args.sections:  # the learner connector, NumpyToTensor, the driver's per-result bookkeeping
         out.update(_connector_primitives(args.repeats))
+    if "learner" in args.sections:  # DQN's driver after each update: the learners' results
+        out.update(_learner_primitives())
     if args.sections & {"serializer", "ray", "callee"}:  # Ray's serializer; round trips, overlap, put/get; callee
         with tempfile.TemporaryDirectory(prefix="cdt-prim-") as tmp:
             ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, object_store_memory=512 << 20,

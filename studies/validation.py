@@ -304,6 +304,9 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
 #: DQN's per-step driver primitives (:func:`conduit.runtime.calibrate.measure_learner`), used when measured
 DQN_DRIVER_PRIMITIVES = ("replay_add", "replay_sample", "replay_priorities", "runner_metrics", "driver_metrics",
                          "learner_connector")
+#: DQN's driver after each update (``calibrate.measure_learner_results``): the workload's own when the
+#: calibration holds it, else the ``--stock-primitives`` file's (RLlib's default DQN config)
+DQN_RESULTS_PRIMITIVE = "learner_results"
 
 
 def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]) -> Any:
@@ -312,7 +315,12 @@ def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]
     default, where ``benchmarks/stock_primitives.py`` times the uniform one) and the driver's
     ``MetricsLogger.aggregate`` of an EnvRunner's metrics taken from the calibration, when measured; and
     the learner connector DQN's Learner runs (its own pieces, ``NumpyToTensor`` included) in place of the
-    default pipeline ``benchmarks/stock_primitives.py`` times."""
+    default pipeline ``benchmarks/stock_primitives.py`` times; and the driver's handling of each update's
+    results (:data:`DQN_RESULTS_PRIMITIVE`) where the calibration measured it."""
+    if algo == "dqn" and DQN_RESULTS_PRIMITIVE in prims:
+        res = prims[DQN_RESULTS_PRIMITIVE]
+        stock = replace(stock, learner_results_per_call=float(res["latency"]),
+                        learner_results_per_result=float(res["per_item"]))
     if algo != "dqn" or not all(k in prims for k in DQN_DRIVER_PRIMITIVES):
         return stock
     add, smp, prio, agg = (prims[k] for k in ("replay_add", "replay_sample", "replay_priorities", "driver_metrics"))
@@ -405,6 +413,7 @@ LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "gae_co
 PPO_PRIMITIVES = {"learner_update_call", "gae_connector", "learner_update_call_local", "gae_connector_local"}
 #: every kind --add-learner-primitives measures (``--only`` picks among them; ``env_runner`` only when asked)
 LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", *DQN_DRIVER_PRIMITIVES,
+                      DQN_RESULTS_PRIMITIVE,
                       *LOCAL_PRIMITIVES, "env_runner", "weights")
 
 
@@ -428,8 +437,10 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
     # what a runner alone measures needs no learner: its calls, its sampling (only when asked for); the
     # module's weight sync (``weights``) needs only the RLModule
     runner_only = bool(only) and set(only) <= {"runner_metrics", "env_runner", "weights"}
+    dqn_only = {*DQN_DRIVER_PRIMITIVES, DQN_RESULTS_PRIMITIVE} - {"runner_metrics"}
     chosen = {key: (algo, cfg) for key, (algo, cfg) in calibration_configs(configs).items()
-              if algo == "ppo" or not (only and set(only) <= PPO_PRIMITIVES)}
+              if (algo == "ppo" or not (only and set(only) <= PPO_PRIMITIVES))
+              and (algo == "dqn" or not (only and set(only) <= dqn_only))}
     for _ in range(max(1, repeat)):
         with cal._torch_threads(1):
             for key, (algo, cfg) in chosen.items() if one_thread else ():
@@ -444,7 +455,8 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
                     ms += cal.measure_runner_call(key, algo, cfg, quick)
                 for m in ms:
                     runs.setdefault(m.name, []).append(m)
-        for key, (algo, cfg) in chosen.items() if not runner_only else ():
+        local = not only or any(k in LOCAL_PRIMITIVES for k in only)
+        for key, (algo, cfg) in chosen.items() if local and not runner_only else ():
             if int(cfg.num_learners or 0) == 0:  # a local learner: the driver's torch threads, wall clock
                 for m in cal.measure_local_learner(key, algo, cfg, quick):
                     runs.setdefault(m.name, []).append(m)
@@ -549,7 +561,7 @@ def workload_primitives(calibration: Mapping[str, Any], w: Any, cfg: Any, clock:
     measured = calibration.get("workload", {})
     kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
     prims = {kind: _primitive(calibration, kind, key, clock) for kind in kinds}
-    extra = DQN_DRIVER_PRIMITIVES if w.algo == "dqn" else ("runner_metrics",)
+    extra = (*DQN_DRIVER_PRIMITIVES, DQN_RESULTS_PRIMITIVE) if w.algo == "dqn" else ("runner_metrics",)
     prims.update({kind: _primitive(calibration, kind, key, clock) for kind in extra
                   if measured.get(f"{kind}:{key}", {}).get("samples")})
     for kind in ("learner_update_call", "gae_connector") if w.algo == "ppo" else ():

@@ -118,7 +118,8 @@ def test_dqn_learner_and_driver_primitives_are_measured_on_the_configs_own_buffe
 
     out = {m.name: m for m in cal.measure_learner("d", "dqn", DQNConfig().environment("CartPole-v1"), quick=True)}
     assert set(out) == {f"{k}:d" for k in ("learner_update", "learner_connector", "replay_add", "replay_sample",
-                                            "replay_priorities", "runner_metrics", "driver_metrics")}
+                                            "replay_priorities", "runner_metrics", "driver_metrics",
+                                            "learner_results")}
     assert all(m.ok and m.latency > 0 for m in out.values()), {k: m.note for k, m in out.items()}
     assert "PrioritizedEpisodeReplayBuffer" in out["replay_sample:d"].note  # DQN's default buffer
     # the priorities' update is timed alone (not a sweep of sample + update less a fitted sample): every size's
@@ -126,6 +127,8 @@ def test_dqn_learner_and_driver_primitives_are_measured_on_the_configs_own_buffe
     prio = out["replay_priorities:d"]
     assert "alone timed" in prio.note
     assert all(t > 0 for t in prio.medians) and prio.medians[-1] > prio.medians[0]
+    results = out["learner_results:d"]  # the driver's handling of 1 and 2 learners' results, per call and per result
+    assert results.unit == "results" and results.sizes == [1, 2] and results.per_item > 0
 
 
 @pytest.mark.e2e

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -132,6 +132,28 @@ def test_stock_dqn_adds_once_per_round_and_samples_once_per_update(gpus, learner
     assert calls["sample_result"] == calls["round"] * len(sim.layout.runners)
     assert calls["buffer_sample"] == iterations  # one sample() of learners x batch_size per update
     assert calls["update_call"] == iterations * learners
+
+
+@SETTINGS
+@given(gpus=st.integers(1, 3), learners=st.integers(1, 3), per_call_ms=st.floats(0.0, 2.0),
+       per_result_ms=st.floats(0.0, 1.0), policy=st.sampled_from(["rllib-stock", "conduit"]))
+def test_dqns_driver_handles_every_learners_result_after_each_update(gpus, learners, per_call_ms, per_result_ms,
+                                                                     policy):
+    """``DQN._training_step_new_api_stack`` isolates the TD errors from each learner's result and aggregates the
+    results into its metrics after every ``LearnerGroup.update``, on the driver's thread: one
+    ``learner_results(L)`` per update, L the learners that returned a result, the same under ``enable()``
+    (the training step is RLlib's). The driver does nothing else in that stretch, so the span is the charge."""
+    learners = min(learners, gpus)
+    stock = replace(StockCosts(), learner_results_per_call=per_call_ms * 1e-3,
+                    learner_results_per_result=per_result_ms * 1e-3)
+    wl = {"base": "dqn", "learners": learners, "envs_per_runner": 2, "fragment_length": 4, "bytes_per_step": 512,
+          "min_size": 64, "replay_capacity": 8192, "replay_ratio": 4.0, "batch_size": 16, "frame_stack": 1}
+    iterations = 6
+    sim, _ = run(topology(gpus=gpus), wl, policy, iterations=iterations, stock=stock)
+    charge = (per_call_ms + learners * per_result_ms) * 1e-3
+    spans = [sim.rec.segments[u]["learner_results"] for u in range(iterations)]
+    assert spans == pytest.approx([charge] * iterations, rel=1e-9, abs=1e-12)
+    assert stock.learner_results(learners) == pytest.approx(charge)
 
 
 # ---------------------------------------------------------------- PPO's "auto" fragment

@@ -81,3 +81,13 @@ def test_the_serializer_section_times_real_sampled_episodes(tmp_path, monkeypatc
         assert data[f"episode_{kind}_s"] >= 0.0 and data[f"episode_{kind}_per_step_s"] >= 0.0
         assert data[f"episode_{kind}_s"] + 40 * data[f"episode_{kind}_per_step_s"] > 0.0
     assert set(data["serializer_sizes"]) == {"5", "40"}
+
+
+def test_the_learner_section_times_dqns_handling_of_each_updates_results():
+    """``--sections learner``: DQN's driver after ``LearnerGroup.update`` on real results of a real DQN learner,
+    fitted over 1 and 2 results into a per-call and a per-result part (both positive: every result is isolated
+    and aggregated), the figures ``StockCosts.learner_results_*`` are read from."""
+    pytest.importorskip("ray.rllib")
+    out = sp._learner_primitives()
+    assert out["learner_results_per_call_s"] > 0 and out["learner_results_per_result_s"] > 0
+    assert "results 1..2" in out["learner_results_note"]

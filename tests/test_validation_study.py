@@ -374,6 +374,12 @@ def test_dqn_driver_primitives_replace_the_generic_buffer_costs(add, smp, item, 
     assert val.workload_stock(STOCK, "ppo", prims) is STOCK
     partial = {k: v for k, v in prims.items() if k != "replay_priorities"}
     assert val.workload_stock(STOCK, "dqn", partial) is STOCK  # all or nothing: no half-measured buffer
+    # the driver's handling of each update's results: the workload's own where measured, alone or with the rest
+    res = {"learner_results": m(prio_item, prio)}
+    for given_prims in (res, {**prims, **res}):
+        r = val.workload_stock(STOCK, "dqn", given_prims)
+        assert r.learner_results(3) == pytest.approx(prio + 3 * prio_item)
+    assert val.workload_stock(STOCK, "dqn", prims).learner_results(1) == STOCK.learner_results(1)
     cfg = val.study_configs(val.experience_path_study(), val.experience_path_study().parse_args([]),
                             ["dqn-cartpole-1r"])["dqn-cartpole-1r"][1]
     base = _prims()

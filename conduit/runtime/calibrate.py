@@ -1610,7 +1610,8 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
     of ``synchronous_parallel_sample``'s remote call with ``_return_metrics=True``) and
     ``driver_metrics:<name>`` (the driver's ``MetricsLogger.aggregate`` of that result);
     ``learner_connector:<name>`` (the learner's connector pipeline over n sampled episodes, DQN's own
-    pieces: n-step next observations, ``NumpyToTensor``).
+    pieces: n-step next observations, ``NumpyToTensor),
+    ``learner_results:<name>`` (the driver's handling of each update's results: :func:`measure_learner_results`).
 
     ``team``: also ``torch_team:<name>`` (:func:`measure_torch_team`) on the update closest to the
     config's batch, with the torch threads in force (a local learner's: :func:`measure_local_learner`).
@@ -1677,6 +1678,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
                 return _draw_replay(buffer, cfg, n)
 
             drawn = {n: draw(n) for n in sizes}
+            batch = int(cfg.total_train_batch_size)
             batches = {n: learner._make_batch_if_necessary(TrainingData(episodes=drawn[n])) for n in sizes}
 
             def update(n: int) -> None:
@@ -1734,6 +1736,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
 
             out.append(_item_sweep(f"driver_metrics:{name}", "calls", aggregate, [1, 2], budget, 3, 40,
                                    "the driver's MetricsLogger.aggregate of one EnvRunner's metrics"))
+            out.append(measure_learner_results(name, learner, lambda: draw(batch), buffer, quick))
         what = (f"Learner.update as {type(learner).__name__}'s learner thread calls it (TrainingData(batch=...), "
                 f"_no_metrics_reduce=True)" if algo == "appo" else f"{type(learner).__name__}.update")
         out.append(_item_sweep(f"learner_update:{name}", "samples", update, sizes, budget, 3, 40,
@@ -1755,6 +1758,85 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
         _stop_learner(learner)
         with contextlib.suppress(Exception):
             runner.stop()
+
+
+#: repetitions per result count of :func:`measure_learner_results` (after 3 warm-up ones)
+LEARNER_RESULTS_REPS = 100
+
+
+def measure_learner_results(name: str, learner: Any, draw: Callable[[], Any], buffer: Any,
+                            quick: bool = False) -> WorkloadMeasurement:
+    """``learner_results:<name>``: the driver's own work around each DQN update besides the replay calls,
+    as ``DQN._training_step_new_api_stack`` (``algorithms/dqn/dqn.py``, RLlib 2.60) does it once
+    ``LearnerGroup.update`` has returned one result per learner:
+
+    * the TD errors isolated from the results (``module_results.pop(TD_ERROR_KEY).peek()`` through
+      ``convert_to_numpy``, per result; one ``np.concatenate`` per module);
+    * ``metrics.aggregate(learner_results, key=LEARNER_RESULTS)`` into the algorithm's root
+      ``MetricsLogger`` (per result);
+    * ``metrics.aggregate([replay_buffer.get_metrics()], key=REPLAY_BUFFER_RESULTS)`` after the draw (the
+      ``get_metrics`` call itself is in ``replay_sample``), the three timers the update passes through
+      (sample, update, priorities: ``metrics.log_time``) and the two ``metrics.peek`` reads of the sampled
+      lifetime for ``timesteps`` (per call).
+
+    For n = 1 and 2 results (each of its own ``Learner.update`` on a batch ``draw()`` returns; the updates
+    are not timed), process CPU time, medians over :data:`LEARNER_RESULTS_REPS` repetitions: fitted as a
+    per-call part (``latency``) and a per-result part (``per_item``). The simulator charges it on the
+    driver after each update (``StockCosts.learner_results``); under ``enable()`` the same
+    ``training_step`` runs, so deployed DQN pays it too."""
+    from ray.rllib.algorithms.dqn.dqn import TD_ERROR_KEY
+    from ray.rllib.core.learner.training_data import TrainingData
+    from ray.rllib.utils.metrics import (
+        ENV_RUNNER_RESULTS,
+        LEARNER_RESULTS,
+        LEARNER_UPDATE_TIMER,
+        NUM_ENV_STEPS_SAMPLED_LIFETIME,
+        REPLAY_BUFFER_RESULTS,
+        REPLAY_BUFFER_SAMPLE_TIMER,
+        REPLAY_BUFFER_UPDATE_PRIOS_TIMER,
+        TIMERS,
+    )
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+    from ray.rllib.utils.numpy import convert_to_numpy
+
+    metrics = MetricsLogger(root=True)  # the algorithm's own logger is a root logger
+    metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), 10**6, reduce="sum")
+    ts = {NUM_ENV_STEPS_SAMPLED_LIFETIME: 10**6}
+
+    def handle(results: list, buffer_results: Any) -> dict:
+        for timer in (REPLAY_BUFFER_SAMPLE_TIMER, LEARNER_UPDATE_TIMER, REPLAY_BUFFER_UPDATE_PRIOS_TIMER):
+            with metrics.log_time((TIMERS, timer)):
+                pass
+        metrics.aggregate([buffer_results], key=REPLAY_BUFFER_RESULTS)
+        for _ in range(2):
+            metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME))
+        td_errors: dict[str, list] = {}
+        for res in results:
+            for module_id, module_results in res.items():
+                if TD_ERROR_KEY in module_results:
+                    td_errors.setdefault(module_id, []).extend(convert_to_numpy(module_results.pop(TD_ERROR_KEY).peek()))
+        isolated = {module_id: {TD_ERROR_KEY: np.concatenate(s, axis=0)} for module_id, s in td_errors.items()}
+        metrics.aggregate(results, key=LEARNER_RESULTS)
+        return isolated
+
+    sizes = [1, 2]
+    reps = 12 if quick else LEARNER_RESULTS_REPS
+    cpu: dict[int, list[float]] = {n: [] for n in sizes}
+    wall: dict[int, list[float]] = {n: [] for n in sizes}
+    for rep in range(3 + reps):
+        for n in sizes:
+            results = [learner.update(training_data=TrainingData(episodes=draw()), timesteps=ts) for _ in range(n)]
+            buffer_results = buffer.get_metrics()
+            c0, w0 = time.process_time(), time.perf_counter()
+            handle(results, buffer_results)
+            c1, w1 = time.process_time(), time.perf_counter()
+            if rep >= 3:  # warm-up: the logger's first keys, lazy imports
+                cpu[n].append(c1 - c0)
+                wall[n].append(w1 - w0)
+    return _from_medians(f"learner_results:{name}", "results", sizes, [statistics.median(cpu[n]) for n in sizes],
+                         [statistics.median(wall[n]) for n in sizes], reps * len(sizes),
+                         "the driver's handling of n learners' update results in DQN's training step (TD errors "
+                         "isolated, metrics aggregated, the update's timers and peeks), the updates not timed")
 
 
 def _fill_replay(buffer: Any, runner: Any, cfg: Any, sizes: Sequence[int]) -> int:

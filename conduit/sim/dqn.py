@@ -14,9 +14,10 @@ Stock RLlib 2.60 (``ray/rllib/algorithms/dqn/dqn.py: DQN._training_step_new_api_
    learners (``TrainingData.shard`` -> ``ShardEpisodesIterator``) and sends each shard as an actor
    call argument (pickled in the driver, round trips overlapping; *b*); the learner's connector
    (*c*, stacking ``frame_stack`` frames) and a pageable copy (*d*) run before each update.
-   After each update, with a prioritized buffer (``Workload.prioritized_replay``; RLlib's
-   ``PrioritizedEpisodeReplayBuffer`` is DQN's default), ``update_priorities_in_episode_replay_buffer``
-   (``StockCosts.buffer_update_priorities``).
+   After each update the driver isolates the TD errors from the learners' results and aggregates the
+   results into the algorithm's metrics (``StockCosts.learner_results``); then, with a prioritized buffer
+   (``Workload.prioritized_replay``; RLlib's ``PrioritizedEpisodeReplayBuffer`` is DQN's default),
+   ``update_priorities_in_episode_replay_buffer`` (``StockCosts.buffer_update_priorities``).
 4. Weights are synced to the runners after the round's updates (``EnvRunnerGroup.sync_weights``): the
    driver's work, and one ``set_state`` call per EnvRunner that it does not wait for; each runner serves
    it before its next ``sample()`` (:meth:`DqnLoop.dqn_weight_sync`).
@@ -145,8 +146,10 @@ class DqnLoop:
     def dqn_update(self, update: int, learners: list[LearnerRole], t_free: dict[str, float], last_created: float,
                    ready: float) -> Generator:
         """Every learner trains on its batch, ready at ``ready`` (``Learner.update``: one call's overhead plus
-        the per-sample cost on the learner's device), traced; then the loop's tick. Stock and deployed DQN
-        share it: they differ in how the batch reaches the learner, not in the update."""
+        the per-sample cost on the learner's device), traced; then the driver's handling of the learners'
+        results (``StockCosts.learner_results``: the TD errors isolated, the results aggregated into the
+        algorithm's metrics) and the loop's tick. Stock and deployed DQN share it: they differ in how the batch
+        reaches the learner, not in the update or in what ``training_step`` does with its results."""
         w = self.workload
         traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
                   for lr in learners]
@@ -156,6 +159,9 @@ class DqnLoop:
         for u in traces:
             u.t_end = t_free[u.learner] = self.env.now
         self.rec.updates.extend(traces)
+        t_res = self.env.now  # the driver isolates the TD errors and aggregates the learners' results
+        yield from self.on_driver(self.stock.learner_results(len(learners)))
+        self.rec.span(update, "learner_results", t_res, self.env.now)
         self._tick(update)
 
     def dqn_weight_sync(self, it: int, update: int) -> Generator:
