@@ -55,7 +55,9 @@ processes on a shared machine do not inflate them; Ray calls are timed in wall t
   ``LearnerGroup.update``: the TD errors isolated from each learner's result, the results aggregated into
   the algorithm's metrics, the replay buffer's metrics aggregated, the update's timers and peeks
   (:func:`conduit.runtime.calibrate.measure_learner_results`), on RLlib's default ``DQNConfig`` for
-  CartPole with a local learner: per call and per learner result (CPU time).
+  CartPole with a local learner: per call and per learner result (CPU time); ``learner_results_pieces_s``
+  splits it (timers, replay metrics and peeks; TD errors isolated; learner results aggregated) at 1 and 2
+  results.
 
 Writes JSON (``--out``, default ``results/stock_primitives.json``) that
 :mod:`conduit.sim.params` quotes as the source of :class:`~conduit.sim.params.StockCosts`.
@@ -205,7 +207,7 @@ def _learner_primitives() -> dict:
         calibrate._stop_learner(learner)
         runner.stop()
     return {"learner_results_per_call_s": m.latency, "learner_results_per_result_s": m.per_item,
-            "learner_results_note": m.note}
+            "learner_results_pieces_s": m.extra["pieces_s"], "learner_results_note": m.note}
 
 
 def _pickle_primitives(repeats: int) -> dict:

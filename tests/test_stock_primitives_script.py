@@ -91,3 +91,5 @@ def test_the_learner_section_times_dqns_handling_of_each_updates_results():
     out = sp._learner_primitives()
     assert out["learner_results_per_call_s"] > 0 and out["learner_results_per_result_s"] > 0
     assert "results 1..2" in out["learner_results_note"]
+    pieces = out["learner_results_pieces_s"]  # the three pieces of the training step's work, at 1 and 2 results
+    assert len(pieces) == 3 and all(len(v) == 2 and min(v) > 0 for v in pieces.values())

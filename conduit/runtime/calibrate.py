@@ -1610,7 +1610,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
     of ``synchronous_parallel_sample``'s remote call with ``_return_metrics=True``) and
     ``driver_metrics:<name>`` (the driver's ``MetricsLogger.aggregate`` of that result);
     ``learner_connector:<name>`` (the learner's connector pipeline over n sampled episodes, DQN's own
-    pieces: n-step next observations, ``NumpyToTensor),
+    pieces: n-step next observations, ``NumpyToTensor``),
     ``learner_results:<name>`` (the driver's handling of each update's results: :func:`measure_learner_results`).
 
     ``team``: also ``torch_team:<name>`` (:func:`measure_torch_team`) on the update closest to the
@@ -1781,7 +1781,8 @@ def measure_learner_results(name: str, learner: Any, draw: Callable[[], Any], bu
 
     For n = 1 and 2 results (each of its own ``Learner.update`` on a batch ``draw()`` returns; the updates
     are not timed), process CPU time, medians over :data:`LEARNER_RESULTS_REPS` repetitions: fitted as a
-    per-call part (``latency``) and a per-result part (``per_item``). The simulator charges it on the
+    per-call part (``latency``) and a per-result part (``per_item``); each piece's medians (the three above)
+    are in ``extra["pieces_s"]``, per result count. The simulator charges it on the
     driver after each update (``StockCosts.learner_results``); under ``enable()`` the same
     ``training_step`` runs, so deployed DQN pays it too."""
     from ray.rllib.algorithms.dqn.dqn import TD_ERROR_KEY
@@ -1803,40 +1804,51 @@ def measure_learner_results(name: str, learner: Any, draw: Callable[[], Any], bu
     metrics.log_value((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), 10**6, reduce="sum")
     ts = {NUM_ENV_STEPS_SAMPLED_LIFETIME: 10**6}
 
-    def handle(results: list, buffer_results: Any) -> dict:
+    clock = time.process_time
+
+    def handle(results: list, buffer_results: Any) -> tuple[float, float, float]:
+        """The training step's work after one update; each piece's CPU seconds."""
+        t0 = clock()
         for timer in (REPLAY_BUFFER_SAMPLE_TIMER, LEARNER_UPDATE_TIMER, REPLAY_BUFFER_UPDATE_PRIOS_TIMER):
             with metrics.log_time((TIMERS, timer)):
                 pass
         metrics.aggregate([buffer_results], key=REPLAY_BUFFER_RESULTS)
         for _ in range(2):
             metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME))
-        td_errors: dict[str, list] = {}
+        t1 = clock()
+        td_errors: dict[str, Any] = {}
         for res in results:
             for module_id, module_results in res.items():
                 if TD_ERROR_KEY in module_results:
                     td_errors.setdefault(module_id, []).extend(convert_to_numpy(module_results.pop(TD_ERROR_KEY).peek()))
-        isolated = {module_id: {TD_ERROR_KEY: np.concatenate(s, axis=0)} for module_id, s in td_errors.items()}
+        for module_id, rows in td_errors.items():  # (RLlib: {module_id: {TD_ERROR_KEY: concatenated}})
+            td_errors[module_id] = np.concatenate(rows, axis=0)
+        t2 = clock()
         metrics.aggregate(results, key=LEARNER_RESULTS)
-        return isolated
+        return t1 - t0, t2 - t1, clock() - t2
 
     sizes = [1, 2]
     reps = 12 if quick else LEARNER_RESULTS_REPS
-    cpu: dict[int, list[float]] = {n: [] for n in sizes}
+    pieces = ("timers, replay metrics, peeks", "TD errors isolated", "learner results aggregated")
+    cpu: dict[int, list[tuple[float, float, float]]] = {n: [] for n in sizes}
     wall: dict[int, list[float]] = {n: [] for n in sizes}
     for rep in range(3 + reps):
         for n in sizes:
             results = [learner.update(training_data=TrainingData(episodes=draw()), timesteps=ts) for _ in range(n)]
             buffer_results = buffer.get_metrics()
-            c0, w0 = time.process_time(), time.perf_counter()
-            handle(results, buffer_results)
-            c1, w1 = time.process_time(), time.perf_counter()
+            w0 = time.perf_counter()
+            spent = handle(results, buffer_results)
+            w1 = time.perf_counter()
             if rep >= 3:  # warm-up: the logger's first keys, lazy imports
-                cpu[n].append(c1 - c0)
+                cpu[n].append(spent)
                 wall[n].append(w1 - w0)
-    return _from_medians(f"learner_results:{name}", "results", sizes, [statistics.median(cpu[n]) for n in sizes],
-                         [statistics.median(wall[n]) for n in sizes], reps * len(sizes),
-                         "the driver's handling of n learners' update results in DQN's training step (TD errors "
-                         "isolated, metrics aggregated, the update's timers and peeks), the updates not timed")
+    m = _from_medians(f"learner_results:{name}", "results", sizes, [statistics.median(map(sum, cpu[n])) for n in sizes],
+                      [statistics.median(wall[n]) for n in sizes], reps * len(sizes),
+                      "the driver's handling of n learners' update results in DQN's training step (TD errors "
+                      "isolated, metrics aggregated, the update's timers and peeks), the updates not timed")
+    m.extra["pieces_s"] = {piece: [statistics.median(t[i] for t in cpu[n]) for n in sizes]
+                           for i, piece in enumerate(pieces)}
+    return m
 
 
 def _fill_replay(buffer: Any, runner: Any, cfg: Any, sizes: Sequence[int]) -> int:

@@ -54,7 +54,8 @@ the shared machine do not inflate them). The parameter -> field of that file:
   (``DQN._training_step_new_api_stack``): the TD errors isolated from each learner's result, the results
   aggregated into the algorithm's metrics, the replay buffer's metrics aggregated, the update's three timers
   and two peeks (``benchmarks/stock_primitives.py --sections learner``: RLlib's default DQN config for
-  CartPole, CPU time; three runs 0.55-0.60 ms and 0.11-0.13 ms). Charged on stock and deployed DQN alike
+  CartPole, CPU time; five runs 0.53-0.60 ms and 0.10-0.13 ms; fitted over 1 and 2 results, so
+  many learners' results are a linear extrapolation). Charged on stock and deployed DQN alike
   (``enable()`` keeps the training step). PPO's and APPO's drivers aggregate their learners' results too
   (PPO once per iteration of seconds; APPO per learner reply); the model does not charge those.
 
