@@ -52,7 +52,8 @@ fixed in :func:`conduit.runtime.calibrate._stop_learner`; ``benchmarks/sweep_und
 own load on the other core does not move the sweep.) So each workload's largest primitives, its EnvRunner
 sweep and the learner update its prediction reads (:func:`update_kinds`; the same ``Learner.update`` timed
 198 ms on one day and 206-333 ms over two hours of the next while the probe moved 4-7%), are also re-timed just before each
-real run (``--recheck``, the default; :func:`recheck_primitives`, 20-60 s a run): the report prints their
+real run (``--recheck``, the default; :func:`recheck_primitives`, 20-60 s a run; DQN's driver calls too,
+:func:`driver_kinds`, since its step is made of them): the report prints their
 drift per run and a second prediction, the calibration with that run's re-timed primitives swapped in
 (``rechecked`` in validation.json; every other primitive as calibrated). Both predictions are out of sample:
 no end-to-end figure feeds either. ``measured.json`` keeps the re-timed entries (``env_runner_recheck``; an
@@ -714,6 +715,17 @@ def update_kinds(calibration: Mapping[str, Any], configs: Mapping[str, Any], nam
     return [f"{kind}_local" if f"{kind}_local" in prims else kind for kind in UPDATE_KINDS if kind in prims]
 
 
+def driver_kinds(calibration: Mapping[str, Any], configs: Mapping[str, Any], name: str) -> list[str]:
+    """DQN's driver-call primitives workload ``name``'s prediction reads (:func:`workload_stock`,
+    :func:`sim_workload`: the replay buffer's calls, the metrics, the learner connector, the learners' results),
+    those the calibration measured; none for other algorithms."""
+    w, _ = configs[name]
+    if w.algo != "dqn":
+        return []
+    prims = workload_primitives(calibration, *configs[name])
+    return [k for k in (*DQN_DRIVER_PRIMITIVES, DQN_RESULTS_PRIMITIVE) if k in prims]
+
+
 def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any], name: str,
                        quick: bool) -> dict[str, dict[str, Any]]:
     """``{kind: entry}``: workload ``name``'s EnvRunner sweep (:func:`recheck_env_runner`) and the learner
@@ -721,7 +733,10 @@ def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any
     (:func:`conduit.runtime.calibrate.measure_learner` with ``update_only``: the same sweeps, one torch
     thread and process CPU time; a local learner's, :func:`conduit.runtime.calibrate.measure_local_learner`:
     the driver's torch threads, wall clock, with the cores the machine kept busy in the second before it,
-    ``extra.busy_cores``, for :func:`local_usable`). Each entry carries the host probe and the load average.
+    ``extra.busy_cores``, for :func:`local_usable`). DQN: also its driver-call primitives
+    (:func:`driver_kinds`), with the calibration's full DQN measurement (one torch thread, process CPU time):
+    a step of DQN is made of them as much as of the update. Each entry carries the host probe and the load
+    average.
 
     Why the update too: on the 2-core VM the same ``Learner.update`` of 500 APPO large-observation samples
     timed 198 ms in the 2026-12-05 calibration and, on 2026-12-06, 283-306 ms, then 206-219 ms, then 324-333 ms
@@ -732,17 +747,21 @@ def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any
 
     out = {"env_runner": recheck_env_runner(configs, name, quick)}
     kinds = update_kinds(calibration, configs, name)
+    calls = driver_kinds(calibration, configs, name)
     key = _recheck_key(configs, name)
     algo, cfg = calibration_configs(configs)[key]
     load = os.getloadavg()
     busy = None
-    if any(k.endswith("_local") for k in kinds):
+    local = any(k.endswith("_local") for k in kinds)
+    ms = []
+    if local:
         busy = busy_cores(1.0)  # the quiet-machine test of a wall-clock twin (local_usable)
-        ms = cal.measure_local_learner(key, algo, cfg, quick, update_only=True)
-    else:
+        ms += cal.measure_local_learner(key, algo, cfg, quick, update_only=True)
+    if calls or not local:
         with cal._torch_threads(1):
-            ms = cal.measure_learner(key, algo, cfg, quick, update_only=True)
+            ms += cal.measure_learner(key, algo, cfg, quick, update_only=not calls)
     got = {m.name.split(":", 1)[0]: m for m in ms}
+    kinds += calls
     if missing := [k for k in kinds if k not in got]:
         raise ConduitError(f"{name}: re-timing measured no {', '.join(missing)}")
     for k in kinds:
@@ -1084,7 +1103,8 @@ def _recheck_section(rechecked: Mapping[str, Any] | None) -> list[str]:
         return []
     lines = ["", "## Primitives re-timed just before each run", "",
              ("The same microbenchmarks as the calibration's, re-timed before each real run: the EnvRunner sweep "
-              "(ms per env step) and the learner update the prediction reads (ms at the sweep's largest size). The "
+              "(ms per env step), the learner update the prediction reads (ms at the sweep's largest size) and, for "
+              "DQN, its driver's calls (ms at the largest count). The "
               "prediction below swaps in each one's median over the workload's re-timings (both sides, every run) "
               "and keeps every other primitive as calibrated. Drift: that median over the calibrated cost, less "
               "one; every re-timing is in validation.json (`rechecked.drift_runs`)."), "",

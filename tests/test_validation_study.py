@@ -770,7 +770,7 @@ def test_the_update_is_re_timed_as_the_calibration_timed_it(name):
     cal = _with_local(_calibration(), 0.0)
     got = val.recheck_primitives(configs, cal, name, quick=True)
     kinds = val.update_kinds(cal, configs, name)
-    assert set(got) == {"env_runner", *kinds}
+    assert set(got) == {"env_runner", *kinds, *val.driver_kinds(cal, configs, name)}
     assert kinds == (["learner_update"] if name.startswith("appo") else ["learner_update_local"])
     key = val._recheck_key(configs, name)
     for kind, entry in got.items():
@@ -783,6 +783,31 @@ def test_the_update_is_re_timed_as_the_calibration_timed_it(name):
     else:
         assert got["learner_update_local"]["extra"]["torch_threads"] >= 1
         assert 0.0 <= got["learner_update_local"]["extra"]["busy_cores"] <= os.cpu_count() + 0.01
+
+
+def test_dqns_driver_calls_are_re_timed_beside_its_update():
+    """DQN's step is made of its driver's calls as much as of its update: where the calibration measured them,
+    each is re-timed before a run with the calibration's own DQN measurement (the workload's config, one torch
+    thread), and the re-timed prediction reads them; other algorithms have none."""
+    study = val.experience_path_study()
+    names = ["dqn-cartpole-1r", "appo-cartpole-2r-1l"]
+    configs = val.study_configs(study, study.parse_args([]), names)
+    cal = _with_local(_calibration(), 0.0)
+    kinds = (*val.DQN_DRIVER_PRIMITIVES, val.DQN_RESULTS_PRIMITIVE)
+    for kind in kinds:
+        cal["workload"][f"{kind}:dqn-cartpole"] = {"name": f"{kind}:dqn-cartpole", "per_item": 1e-5, "latency": 1e-4,
+                                                   "bandwidth": 1e5, "samples": 10, "sizes": [1, 2], "unit": "calls",
+                                                   "medians": [1e-4, 2e-4], "extra": {}}
+    assert val.driver_kinds(cal, configs, "dqn-cartpole-1r") == list(kinds)
+    assert val.driver_kinds(cal, configs, "appo-cartpole-2r-1l") == []
+    got = val.recheck_primitives(configs, cal, "dqn-cartpole-1r", quick=True)
+    assert set(got) == {"env_runner", "learner_update_local", *kinds}
+    for kind in kinds:  # measured now, not the calibration's placeholder
+        assert got[kind]["name"] == f"{kind}:dqn-cartpole" and got[kind]["samples"] > 0
+        assert got[kind]["latency"] != 1e-4 and len(got[kind]["extra"]["load_average"]) == 3
+    rechecks = [{"workload": "dqn-cartpole-1r", "side": side, "run": 0, "entries": got} for side in ("stock", "conduit")]
+    drift = {d["kind"] for d in val.primitive_drift(cal, configs, rechecks) if d["workload"] == "dqn-cartpole-1r"}
+    assert set(kinds) <= drift
 
 
 @given(busy=st.one_of(st.none(), st.floats(0.0, 4.0)), load=st.floats(0.0, 8.0))
