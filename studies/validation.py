@@ -308,6 +308,8 @@ DQN_DRIVER_PRIMITIVES = ("replay_add", "replay_sample", "replay_priorities", "ru
 #: DQN's driver after each update (``calibrate.measure_learner_results``): the workload's own when the
 #: calibration holds it, else the ``--stock-primitives`` file's (RLlib's default DQN config)
 DQN_RESULTS_PRIMITIVE = "learner_results"
+#: every DQN driver-call primitive a prediction reads where measured (and a re-timing re-times)
+DQN_CALL_PRIMITIVES = (*DQN_DRIVER_PRIMITIVES, DQN_RESULTS_PRIMITIVE)
 
 
 def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]) -> Any:
@@ -413,8 +415,7 @@ LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "gae_co
 #: kinds only PPO's learner has (``--only`` with nothing else measures no other algorithm)
 PPO_PRIMITIVES = {"learner_update_call", "gae_connector", "learner_update_call_local", "gae_connector_local"}
 #: every kind --add-learner-primitives measures (``--only`` picks among them; ``env_runner`` only when asked)
-LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", *DQN_DRIVER_PRIMITIVES,
-                      DQN_RESULTS_PRIMITIVE,
+LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", *DQN_CALL_PRIMITIVES,
                       *LOCAL_PRIMITIVES, "env_runner", "weights")
 
 
@@ -438,7 +439,7 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
     # what a runner alone measures needs no learner: its calls, its sampling (only when asked for); the
     # module's weight sync (``weights``) needs only the RLModule
     runner_only = bool(only) and set(only) <= {"runner_metrics", "env_runner", "weights"}
-    dqn_only = {*DQN_DRIVER_PRIMITIVES, DQN_RESULTS_PRIMITIVE} - {"runner_metrics"}
+    dqn_only = set(DQN_CALL_PRIMITIVES) - {"runner_metrics"}
     chosen = {key: (algo, cfg) for key, (algo, cfg) in calibration_configs(configs).items()
               if (algo == "ppo" or not (only and set(only) <= PPO_PRIMITIVES))
               and (algo == "dqn" or not (only and set(only) <= dqn_only))}
@@ -562,7 +563,7 @@ def workload_primitives(calibration: Mapping[str, Any], w: Any, cfg: Any, clock:
     measured = calibration.get("workload", {})
     kinds = ("env_runner", "learner_update", "weights") + (("value_pass",) if w.algo == "ppo" else ())
     prims = {kind: _primitive(calibration, kind, key, clock) for kind in kinds}
-    extra = (*DQN_DRIVER_PRIMITIVES, DQN_RESULTS_PRIMITIVE) if w.algo == "dqn" else ("runner_metrics",)
+    extra = DQN_CALL_PRIMITIVES if w.algo == "dqn" else ("runner_metrics",)
     prims.update({kind: _primitive(calibration, kind, key, clock) for kind in extra
                   if measured.get(f"{kind}:{key}", {}).get("samples")})
     for kind in ("learner_update_call", "gae_connector") if w.algo == "ppo" else ():
@@ -723,7 +724,7 @@ def driver_kinds(calibration: Mapping[str, Any], configs: Mapping[str, Any], nam
     if w.algo != "dqn":
         return []
     prims = workload_primitives(calibration, *configs[name])
-    return [k for k in (*DQN_DRIVER_PRIMITIVES, DQN_RESULTS_PRIMITIVE) if k in prims]
+    return [k for k in DQN_CALL_PRIMITIVES if k in prims]
 
 
 def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any], name: str,

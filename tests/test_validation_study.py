@@ -793,7 +793,7 @@ def test_dqns_driver_calls_are_re_timed_beside_its_update():
     names = ["dqn-cartpole-1r", "appo-cartpole-2r-1l"]
     configs = val.study_configs(study, study.parse_args([]), names)
     cal = _with_local(_calibration(), 0.0)
-    kinds = (*val.DQN_DRIVER_PRIMITIVES, val.DQN_RESULTS_PRIMITIVE)
+    kinds = val.DQN_CALL_PRIMITIVES
     for kind in kinds:
         cal["workload"][f"{kind}:dqn-cartpole"] = {"name": f"{kind}:dqn-cartpole", "per_item": 1e-5, "latency": 1e-4,
                                                    "bandwidth": 1e5, "samples": 10, "sizes": [1, 2], "unit": "calls",
