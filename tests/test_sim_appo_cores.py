@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_sim import tiny_topology_dict
 
 from conduit.registry import create_policy
@@ -24,7 +26,8 @@ from conduit.topology import topology_from_dict
 
 def _run(cores: int, policy: str, poll: float = 1.0):
     sim = Simulation(topology_from_dict(tiny_topology_dict(gpus=0, cores=cores)), load_workload("appo"),
-                     create_policy(policy), iterations=12, stock=replace(StockCosts(), driver_poll_cores=poll))
+                     create_policy(policy), iterations=12,
+                     stock=replace(StockCosts(), driver_poll_cores=poll, learner_poll_cores=0.0))  # the driver's alone
     return sim, sim.run()
 
 
@@ -76,3 +79,52 @@ def test_a_stalled_run_on_a_crowded_node_ends_as_stalled(cores):
     assert sim._crowded_nodes()[sim.layout.driver_node]
     with pytest.raises(ConduitError, match="stalled"):
         sim.run()
+
+
+# ------------------------------------------------------------------ the idle learner thread's poll (CircularBuffer.get)
+def _polled(cores: int, policy: str, poll: float, cost: float, **workload):
+    wl = load_workload({"base": "appo", **workload}) if workload else load_workload("appo")
+    stock = replace(StockCosts(), learner_poll_cores=poll, poll_neighbour_cost=cost)
+    sim = Simulation(topology_from_dict(tiny_topology_dict(gpus=0, cores=cores)), wl, create_policy(policy),
+                     iterations=10, stock=stock)
+    return sim, sim.run()
+
+
+@pytest.mark.parametrize("policy", ["rllib-stock", "conduit"])
+def test_an_idle_learner_thread_polls_only_on_a_crowded_node(policy):
+    """APPO's learner thread polls its empty CircularBuffer every 0.1 ms: on a node with fewer cores than
+    threads that takes a share of a core and makes its neighbours' compute dearer, so the run is slower; on a
+    node with a core per thread nothing changes at all (both sides alike)."""
+    quiet_sim, quiet = _polled(2, policy, 0.0, 1.0)
+    sim, polled = _polled(2, policy, StockCosts().learner_poll_cores, StockCosts().poll_neighbour_cost)
+    node = sim.layout.learners[0].node
+    assert sim.crowded[node] and sim._polling_node == {lr.id: node for lr in sim.layout.learners}
+    assert quiet_sim._polling_node == {}  # no poll asked for: none started
+    assert polled.audit.violations == 0 and quiet.audit.violations == 0
+    assert polled.metrics["iteration_time_s"] > quiet.metrics["iteration_time_s"]
+    roomy_sim, roomy = _polled(16, policy, 1.0, 3.0)
+    assert not roomy_sim.crowded[node] and roomy_sim._polling_node == {}
+    unpolled = _polled(16, policy, 0.0, 1.0)[1]
+    assert roomy.metrics == unpolled.metrics and roomy.sim_time == unpolled.sim_time
+
+
+@settings(max_examples=12, deadline=None)
+@given(poll=st.floats(0.0, 1.0), cost=st.floats(1.0, 2.0), policy=st.sampled_from(["rllib-stock", "conduit"]),
+       local=st.booleans())
+def test_the_poll_stops_while_the_thread_trains_and_never_breaks_the_contract(poll, cost, policy, local):
+    """Whatever the poll's demand and cost: no violation, and every learner's poll is off exactly while
+    its thread trains (the pool counts the pollers polling now; the run ends between updates, all polling).
+    A local learner's thread polls on the driver's node."""
+    sim, result = _polled(1 if local else 2, policy, poll, cost, **({"local_learner": True} if local else {}))
+    assert result.audit.violations == 0
+    if poll == 0.0:
+        assert sim._polling_node == {}
+        return
+    expected = sim.layout.driver_node if local else sim.layout.learners[0].node
+    if not sim.crowded[expected]:  # (a local learner adds no process: a core each for runner and driver)
+        assert sim._polling_node == {}
+        return
+    assert set(sim._polling_node.values()) == {expected}
+    pool = sim.cpus[expected]
+    assert pool.poll_cost == cost
+    assert pool._pollers == sum(not sim._learner_training[lr] for lr in sim._polling_node) == len(sim._polling_node)

@@ -103,3 +103,64 @@ def test_preemption_is_enabled_before_work_starts():
     env.run(until=0.5)
     with pytest.raises(RuntimeError, match="before work starts"):
         pool.enable_preemption()
+
+
+# ------------------------------------------------------------ a paused piece moves to a core that frees
+def test_a_paused_piece_moves_to_a_core_that_frees_instead_of_waiting_beside_it():
+    """Two cores: A (1 s) and B (10 s) run; urgent U (2 s) arrives at 0.5 and preempts B (the longer-running
+    piece: A started first, so A is the victim). A's core... here: U pauses A at 0.5; B keeps running. Nothing
+    frees until B ends, so A waits for U. Then the mirror: the piece that frees first hands its core to the
+    paused one, which resumes at once and gets back the rest of its pause."""
+    # A (ordinary, 1 s) and B (ordinary, 1.2 s) start at 0; U (urgent, 2 s) at 0.5 preempts A (the oldest).
+    # At 1.2 B ends and frees its core: A, paused since 0.5 with 0.5 s left, moves there and ends at 1.7,
+    # not at 2.5 + 0.5 = 3.0 as it would waiting for U; U ends at 2.5 on A's old core.
+    ends, pool = _run(2, [(0.0, 1.0, False), (0.0, 1.2, False), (0.5, 2.0, True)])
+    assert ends == pytest.approx([1.7, 1.2, 2.5])
+    assert pool.busy_core_seconds == pytest.approx(4.2)
+    assert pool._server.busy == 0 and not pool._preempted
+
+
+@settings(max_examples=80, deadline=None)
+@given(cores=st.integers(1, 4), jobs=st.lists(st.tuples(st.floats(0, 2), lengths, st.booleans()), min_size=1,
+                                              max_size=20))
+def test_moves_leave_no_core_taken_and_conserve_the_work(cores, jobs):
+    """Whatever moves happen, the pool ends empty (no core counted busy, no paused piece left), busy
+    core-seconds are the work, and nothing ends before it could have (its arrival plus its length)."""
+    ends, pool = _run(cores, jobs)
+    assert pool._server.busy == 0 and not pool._server.queue and not pool._preempted
+    assert pool.busy_core_seconds == pytest.approx(sum(s for _, s, _ in jobs))
+    assert all(e >= at + s - 1e-9 for e, (at, s, _) in zip(ends, jobs, strict=True))
+    assert max(ends) >= sum(s for _, s, _ in jobs) / cores - 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(cores=st.integers(1, 3), pollers=st.integers(1, 4), duty=st.floats(0.05, 0.95),
+       ordinary=st.lists(lengths, min_size=1, max_size=6))
+def test_background_polls_never_starve_the_other_work(cores, pollers, duty, ordinary):
+    """More background polls than cores, together wanting more than every core (as two idle learners' polls and
+    the driver's loop on one core do): the ordinary work still ends (a background quantum that finds no core to
+    take is skipped, not queued ahead of it)."""
+    env = simpy.Environment()
+    pool = CpuPool(env, "n0", cores)
+    pool.enable_preemption()
+    done = []
+
+    def poll():
+        while len(done) < len(ordinary):
+            if not pool.wanted:
+                yield pool.work_arrives()
+            else:
+                yield from pool.work(duty * 5e-3, urgent=True, background=True)
+                yield env.timeout((1 - duty) * 5e-3)
+
+    def job(seconds: float):
+        yield from pool.work(seconds)
+        done.append(env.now)
+
+    for _ in range(pollers):
+        env.process(poll())
+    for s in ordinary:
+        env.process(job(s))
+    env.run(until=1000.0)
+    assert len(done) == len(ordinary)
+    assert not pool.wanted

@@ -69,6 +69,17 @@ class AppoLoop:
         if self.crowded[self.layout.driver_node]:
             self.cpus[self.layout.driver_node].enable_preemption()  # the driver's work is urgent there
             self.env.process(self.appo_driver_spin())
+        self._learner_training = dict.fromkeys((lr.id for lr in learners), False)
+        self._polling_node: dict[str, str] = {}  # learner -> the crowded node its idle thread polls on
+        for lr in learners:
+            node = self.layout.driver_node if w.local_learner else lr.node
+            if self.crowded[node] and self.stock.learner_poll_cores > 0:
+                pool = self.cpus[node]
+                pool.enable_preemption()  # (once per pool) the poll's wakes are urgent
+                pool.poll_cost = self.stock.poll_neighbour_cost
+                pool.polling(True)
+                self._polling_node[lr.id] = node
+                self.env.process(self.appo_learner_poll(lr, node))
         t_free = {lr.id: 0.0 for lr in learners}
         reuse: dict[str, deque] = {lr.id: deque() for lr in learners}
         uses: dict[int, int] = {}
@@ -88,8 +99,10 @@ class AppoLoop:
                                        checksums={c: self._checksum(c) for c in cids})
             for cid in finished:  # used max_reuse times: leaves the plane
                 self.release(cid)
+            self._learner_threads_train(learners, True)
             yield simpy.AllOf(self.env, [self.env.process(self.learner_compute(
                 lr, w.update_overhead + u.samples * w.update_time_per_sample)) for lr, u in zip(learners, updates, strict=True)])
+            self._learner_threads_train(learners, False)
             for u in updates:
                 u.t_end = t_free[u.learner] = self.env.now
             self.rec.updates.extend(updates)
@@ -124,12 +137,45 @@ class AppoLoop:
         pool = self.cpus[node]
         duty = min(1.0, max(0.0, self.stock.driver_poll_cores))
         while not self._stop:
-            if pool.idle and not self.driver_thread.busy:  # nobody else wants a core: nothing to take from
+            if not pool.wanted and not self.driver_thread.busy:  # nobody else wants a core: nothing to take from
                 yield pool.work_arrives()
             elif self.driver_thread.busy or duty == 0.0:
                 yield self.env.timeout(SAMPLING_QUANTUM)
             else:  # the poll takes ``driver_poll_cores`` of a core (StockCosts; benchmarks/appo_driver_loop.py)
-                yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=True)
+                yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=True, background=True)
+                if duty < 1.0:
+                    yield self.env.timeout((1.0 - duty) * SAMPLING_QUANTUM)
+
+    def _learner_threads_train(self, learners: list[LearnerRole], training: bool) -> None:
+        """The learners' threads start (stop) training: their buffers' polls stop (start again)."""
+        for lr in learners:
+            self._learner_training[lr.id] = training
+            if lr.id in self._polling_node:
+                self.cpus[self._polling_node[lr.id]].polling(not training)
+
+    def appo_learner_poll(self, lr: LearnerRole, node: str) -> Generator:
+        """An idle APPO learner thread polls its empty buffer: ``algorithms/appo/utils.py: CircularBuffer.get``
+        loops on ``time.sleep(0.0001)`` while the buffer is empty (``_LearnerThread.step`` takes every batch
+        through it; ``APPOLearner.build`` makes it the learner thread's queue with ``use_circular_buffer=True``,
+        the default), so between two updates the thread wakes thousands of times a second. On a crowded node
+        (the learner's, or the driver's for a local learner) that wants ``StockCosts.learner_poll_cores`` of a
+        core (``benchmarks/appo_learner_poll.py``: a real idle learner's thread), taken first, as the driver's
+        loop takes its share (:meth:`appo_driver_spin`: a waking thread gets a core at once), and every
+        neighbour's compute pays ``StockCosts.poll_neighbour_cost`` while it polls
+        (:class:`~conduit.sim.resources.CpuPool`; :meth:`_learner_threads_train` switches it). While the
+        learner's main thread builds a batch it holds the GIL and the poll mostly waits for it; the model
+        does not make that distinction. IMPALA's learner thread blocks on a ``queue.Queue`` instead; the
+        simulator's ``appo`` loop is APPO's, with its default circular buffer. Both sides poll alike: under
+        ``enable()`` the learner is RLlib's own, its thread fed through the same buffer."""
+        pool = self.cpus[node]
+        duty = min(1.0, self.stock.learner_poll_cores)
+        while not self._stop:
+            if self._learner_training[lr.id]:
+                yield self.env.timeout(SAMPLING_QUANTUM)
+            elif not pool.wanted:  # nobody else wants a core: nothing to take from
+                yield pool.work_arrives()
+            else:
+                yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=True, background=True)
                 if duty < 1.0:
                     yield self.env.timeout((1.0 - duty) * SAMPLING_QUANTUM)
 

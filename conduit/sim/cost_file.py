@@ -11,12 +11,13 @@ fields came from the file (:func:`load_plane_costs` returns them).
 A reader who doubts the baseline's assumptions changes them without editing source. The file is YAML
 (JSON is YAML too): a mapping from :class:`~conduit.sim.params.StockCosts` field names to values;
 fields it does not name keep their built-in values. Values are numbers in base units (seconds,
-bytes/s, seconds per byte) or, for time and bandwidth fields, strings with units (``"1.5 ms"``,
-``"9.2 GB/s"``). Either the mapping itself or the same mapping under a top-level ``stock_costs:`` key.
+bytes/s, seconds per byte, a thread's cores, factors) or, for time and bandwidth fields, strings with
+units (``"1.5 ms"``, ``"9.2 GB/s"``). Either the mapping itself or the same mapping under a top-level ``stock_costs:`` key.
 
 Every mistake is an error naming the file and the field: a file that does not exist or does not
 parse, a top level that is not a mapping, an unknown field (with the closest name), a value that
-is not a number, is negative, NaN or infinite, or a bandwidth of 0. The costs in force and the file
+is not a number, is negative, NaN or infinite, a bandwidth of 0, a thread's demand above one core
+(``*_cores``) or a factor below 1 (``*_cost``). The costs in force and the file
 they came from are echoed in every result's provenance (:mod:`conduit.sim.provenance`).
 """
 
@@ -48,8 +49,8 @@ class CostFileError(ConduitError):
 def _kind(name: str) -> Kind | None:
     if name.endswith("_bandwidth"):
         return Kind.BANDWIDTH
-    if name.endswith(("_per_byte", "_bytes", "_calls", "_in_flight", "_pieces")):
-        return None  # seconds per byte, bytes, counts: plain numbers
+    if name.endswith(("_per_byte", "_bytes", "_calls", "_in_flight", "_pieces", "_cores", "_cost")):
+        return None  # seconds per byte, bytes, counts, one thread's cores, factors: plain numbers
     return Kind.TIME
 
 
@@ -97,6 +98,10 @@ def _costs_from_mapping(cls: type, top: str, data: Any, source: str) -> Any:
             raise CostFileError(source, field, str(exc)) from None
         if value < 0:
             raise CostFileError(source, field, f"must be >= 0, got {shown(raw)}")
+        if key.endswith("_cores") and value > 1:
+            raise CostFileError(source, field, f"one thread's demand: at most 1 core, got {shown(raw)}")
+        if key.endswith("_cost") and value < 1:
+            raise CostFileError(source, field, f"a factor on CPU time: must be >= 1, got {shown(raw)}")
         if kind is Kind.BANDWIDTH and value == 0:
             raise CostFileError(source, field, f"a bandwidth must be > 0, got {shown(raw)}")
         if isinstance(getattr(cls, key, None), int):  # counts (PlaneCosts' runtime settings)

@@ -310,8 +310,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
                     f"memory of {lr.id} ({lr.device_tier}, {room:.3g} bytes) on topology {self.topology.name!r}"
                 )
 
-    def cpu(self, node: str, seconds: float, urgent: bool = False, compute: bool = False) -> Generator:
-        return self.cpus[node].work(seconds, urgent, compute)
+    def cpu(self, node: str, seconds: float, urgent: bool = False, compute: bool = False,
+            background: bool = False) -> Generator:
+        return self.cpus[node].work(seconds, urgent, compute, background)
 
     def update_call_cpu(self, episodes: float, steps: float, nbytes: float) -> float:
         """The driver's own CPU for one ``LearnerGroup.update`` call to one learner (``learner_group.py``): a

@@ -67,6 +67,15 @@ the shared machine do not inflate them). The parameter -> field of that file:
   (``benchmarks/driver_wait_loop.py``); the rest is each pass's Python (metrics, the learner group's
   async update, result handling). Used only on a node with fewer cores than processes, where the
   thread gets its cores first (wake-up preemption: :class:`conduit.sim.resources.CpuPool`).
+* ``learner_poll_cores`` (0.151) and ``poll_neighbour_cost`` (1.163): an idle APPO learner's thread polls its
+  empty ``CircularBuffer`` every 0.1 ms (``algorithms/appo/utils.py: CircularBuffer.get``), ~5,200 wakes a second.
+  ``benchmarks/appo_learner_poll.py --windows 3 --pairs 48`` (:mod:`conduit.runtime.learner_poll`), run twice on
+  2026-12-06 19:20-19:30 (``results/validation/learner_poll/``): the cores a real idle APPO learner's
+  ``_learner_thread`` wants (RLlib's default ``APPOConfig``, CartPole; ``schedstat``, on a CPU + waiting): 0.151 and
+  0.150; and the ratio of an APPO EnvRunner's CPU per env step with a poller process on / off beside as many busy
+  learner-like neighbours as cores (over-subscribed either way: the poller's cost on top of
+  ``oversubscribed_cpu_cost``): 1.141 and 1.187, the median over both runs' 96 pairs 1.163 (quartiles 1.01, 1.37).
+  Used only on a crowded node, while the learner's thread is not training (:meth:`conduit.sim.appo.AppoLoop.appo_learner_poll`).
 
 Until this change ``connector_*``, ``to_tensor_*`` and ``driver_bookkeeping`` restated segments *c*,
 *d* and *a2* of ``shared/reference/rllib-2.60-stock-cpu.md`` (0.983 ms + 0.9 us/sample + 0.324
@@ -159,6 +168,8 @@ class StockCosts:
     learner_results_per_call: float = 0.5463e-3
     learner_results_per_result: float = 0.1042e-3
     driver_poll_cores: float = 0.85  # benchmarks/appo_driver_loop.py (see the module doc)
+    learner_poll_cores: float = 0.151  # benchmarks/appo_learner_poll.py (see the module doc)
+    poll_neighbour_cost: float = 1.163  # benchmarks/appo_learner_poll.py (see the module doc)
 
     def sample_serialize(self, episodes: float, steps: float, nbytes: float) -> float:
         """EnvRunner side of returning sampled episodes (one object: Ray's serializer over the list, its

@@ -98,12 +98,36 @@ class FifoServer:
 class _Hold:
     """One piece of work on a core of a :class:`CpuPool` that tracks who runs (see ``preemptive``)."""
 
-    __slots__ = ("owed", "paused", "urgent")
+    __slots__ = ("owed", "paused", "paused_since", "resume", "urgent")
 
     def __init__(self, urgent: bool):
         self.urgent = urgent
-        self.owed = 0.0  # seconds urgent work took from this one's core
+        self.owed = 0.0  # seconds urgent work took from this one's core (pauses that ended)
         self.paused = False  # urgent work runs on its core now
+        self.paused_since = 0.0
+        self.resume: simpy.Event | None = None  # its own time is up, it waits for the pause to end
+
+    def pause(self, now: float) -> None:
+        self.paused, self.paused_since = True, now
+
+    def unpause(self, now: float) -> None:
+        """The pause ends (the urgent work is done, or this piece moved to a free core): it owes its length."""
+        self.paused = False
+        self.owed += now - self.paused_since
+        if self.resume is not None:
+            self.resume.succeed()
+            self.resume = None
+
+
+class _Preemption:
+    """Urgent work running on a paused piece's core (see ``preemptive``): until it ends, or until another core
+    frees and the paused piece moves there (``moved``: the urgent work then holds a core of its own)."""
+
+    __slots__ = ("moved", "victim")
+
+    def __init__(self, victim: _Hold):
+        self.victim = victim
+        self.moved = False
 
 
 class CpuPool:
@@ -118,7 +142,9 @@ class CpuPool:
     with every core busy it starts at once on the core of the longest-running ordinary piece of work
     not paused already, which is paused for as long (it ends that much later); when every core runs
     urgent work it waits at the head of the queue for the next free core. Ordinary work is FIFO as
-    before.
+    before. A paused piece is runnable: when a core frees while it waits and no other work is queued,
+    it moves there at once (the kernel's idle balancing pulls a waiting thread to an idle CPU): it
+    loses only the time it was paused; the urgent work keeps the core it preempted.
 
     **Work on an over-subscribed node costs more** (``oversubscribed_cost``, the topology CPU's
     ``oversubscribed_cpu_cost``, default 1: no extra). A thread that shares its core with another pays
@@ -133,6 +159,13 @@ class CpuPool:
     serialisation: not measured under contention, so not extrapolated to). Crowded nodes hold
     compute in quanta (:mod:`conduit.sim.cores`), so a long call pays the extra for the quanta it
     runs while the node is crowded.
+
+    **A poller on the node costs its neighbours more** (``poll_cost``, ``StockCosts.poll_neighbour_cost``;
+    :meth:`polling`). A thread that wakes thousands of times a second (an idle APPO learner's, polling its
+    empty ``CircularBuffer`` every 0.1 ms) preempts whatever runs on a core at every wake, and the thread
+    it preempts pays for the switch and its caches on top of over-subscription's cost
+    (:mod:`conduit.runtime.learner_poll`). While at least one poller polls, compute that arrives with
+    every core taken is charged ``poll_cost`` times more as well.
     """
 
     def __init__(self, env: simpy.Environment, node: str, cores: int, speed: float = 1.0,
@@ -147,7 +180,11 @@ class CpuPool:
         self._server = FifoServer(env, cores)
         self.busy_core_seconds = 0.0
         self._running: dict[_Hold, None] | None = None  # preemptive pools: running work, oldest first
+        self._preempted: deque[_Preemption] = deque()  # preemptive pools: paused pieces waiting for their core
         self._arrivals: list[simpy.Event] = []  # preemptive pools: who waits for work to arrive at an idle pool
+        self.poll_cost = 1.0
+        self._pollers = 0  # pollers polling now (:meth:`polling`)
+        self._foreground = 0  # pieces of work not a background load's, running or waiting (:attr:`wanted`)
 
     @property
     def preemptive(self) -> bool:
@@ -160,62 +197,109 @@ class CpuPool:
                 raise RuntimeError(f"{self.node}: preemption must be enabled before work starts on its cores")
             self._running = {}
 
+    def polling(self, on: bool) -> None:
+        """A poller on this node starts (``on``) or stops polling (class doc, ``poll_cost``)."""
+        self._pollers += 1 if on else -1
+        if self._pollers < 0:
+            raise RuntimeError(f"{self.node}: a poller stopped that had not started")
+
     @property
-    def idle(self) -> bool:
-        """No core runs or waits for work."""
-        return self._server.busy == 0
+    def wanted(self) -> bool:
+        """Some work other than a background load's runs or waits here (:meth:`work`, ``background``)."""
+        return self._foreground > 0
 
     def work_arrives(self) -> simpy.Event:
-        """An event that succeeds when work next arrives at this (preemptive) pool. A background load
-        that only matters when it competes (APPO's spinning driver loop) waits on it while the pool is
-        idle, instead of keeping the event queue alive: a run whose other processes all wait on
-        something that never comes still ends, and is reported as stalled."""
+        """An event that succeeds when work other than a background load's next arrives at this
+        (preemptive) pool. A background load that only matters when it competes (APPO's spinning driver
+        loop, an idle APPO learner's poll) waits on it while nothing else is :attr:`wanted`, instead of
+        keeping the event queue alive: a run whose other processes all wait on something that never comes
+        still ends, and is reported as stalled (two background loads never keep each other going)."""
         if self._running is None:
             raise RuntimeError(f"{self.node}: work_arrives on a pool without preemption")
         event = self.env.event()
         self._arrivals.append(event)
         return event
 
-    def work(self, core_seconds: float, urgent: bool = False, compute: bool = False) -> Generator[Any, Any, None]:
+    def work(self, core_seconds: float, urgent: bool = False, compute: bool = False,
+             background: bool = False) -> Generator[Any, Any, None]:
         """Run ``core_seconds`` of reference-core work on one core of this node (``urgent``: see the
         class doc; only on a preemptive pool; ``compute``: the workload's own compute, sampling or a
-        CPU learner's update, which pays ``oversubscribed_cost`` while every core is taken)."""
+        CPU learner's update, which pays ``oversubscribed_cost`` while every core is taken;
+        ``background``: a poll's, which does not count as :attr:`wanted`)."""
         if core_seconds <= 0:
             return
-        seconds = core_seconds / self.speed
-        if compute and self.oversubscribed_cost != 1.0 and self._server.busy >= self._server.capacity:
-            seconds *= self.oversubscribed_cost  # every core taken: this work shares one (class doc)
-        if self._running is None:
-            if urgent:
-                raise RuntimeError(f"{self.node}: urgent work on a pool without preemption")
-            yield from self._server.hold(seconds)
-        else:
-            yield from self._tracked(seconds, urgent)
-        self.busy_core_seconds += seconds
-
-    def _tracked(self, seconds: float, urgent: bool) -> Generator[Any, Any, None]:
-        running, server = self._running, self._server
+        if background:
+            yield from self._work(core_seconds, urgent, compute, True)
+            return
+        self._foreground += 1
         if self._arrivals:
             arrivals, self._arrivals = self._arrivals, []
             for event in arrivals:
                 event.succeed()
+        try:
+            yield from self._work(core_seconds, urgent, compute, False)
+        finally:
+            self._foreground -= 1
+
+    def _work(self, core_seconds: float, urgent: bool, compute: bool, background: bool) -> Generator[Any, Any, None]:
+        seconds = core_seconds / self.speed
+        if compute and self._server.busy >= self._server.capacity:  # every core taken: this work shares one
+            seconds *= self.oversubscribed_cost * (self.poll_cost if self._pollers else 1.0)  # (class doc)
+        if self._running is None:
+            if urgent:
+                raise RuntimeError(f"{self.node}: urgent work on a pool without preemption")
+            yield from self._server.hold(seconds)
+        elif not (yield from self._tracked(seconds, urgent, background)):
+            return  # a background load's quantum that found no core to take: not run
+        self.busy_core_seconds += seconds
+
+    def _tracked(self, seconds: float, urgent: bool, background: bool = False) -> Generator[Any, Any, bool]:
+        """Run the work (class doc); returns whether it ran. A background load's urgent quantum that finds every
+        core running urgent work or a paused piece does not queue for one: it is not run (a poll that missed
+        its turn does not catch up), so background loads never starve the node's other work, however many
+        share it (two idle learners' polls and the driver's loop on one core want more than the core)."""
+        running, server = self._running, self._server
         if urgent and server.busy >= server.capacity:
             victim = next((h for h in running if not (h.urgent or h.paused)), None)
+            if victim is None and background:
+                return False
             if victim is not None:  # preempt it: this work runs now on its core, it ends later by as much
-                victim.owed += seconds
-                victim.paused = True
+                victim.pause(self.env.now)
+                preemption = _Preemption(victim)
+                self._preempted.append(preemption)
                 yield self.env.timeout(seconds)
-                victim.paused = False
-                return
+                if preemption.moved:  # the victim went to a core that freed: this work held a core of its own
+                    self._free_a_core()
+                else:
+                    victim.unpause(self.env.now)
+                    self._preempted.remove(preemption)
+                return True
         hold = _Hold(urgent)
         yield server.acquire(first=urgent)
         running[hold] = None
         yield self.env.timeout(seconds)
-        while hold.owed > 0:  # preempted meanwhile: the time it lost
-            owed, hold.owed = hold.owed, 0.0
-            yield self.env.timeout(owed)
+        while hold.paused or hold.owed > 0:  # preempted meanwhile: the time it lost
+            if hold.paused:  # its time ran out while paused: it waits for the pause to end, and the
+                waited = self.env.now  # part of the pause spent waiting is owed no more
+                hold.resume = self.env.event()
+                yield hold.resume
+                hold.owed = max(0.0, hold.owed - (self.env.now - waited))
+            else:
+                owed, hold.owed = hold.owed, 0.0
+                yield self.env.timeout(owed)
         del running[hold]
-        server.release()
+        self._free_a_core()
+        return True
+
+    def _free_a_core(self) -> None:
+        """A core frees: queued work gets it (FIFO), else the longest-paused piece moves there (class doc)."""
+        server = self._server
+        if server.queue or not self._preempted:
+            server.release()
+            return
+        preemption = self._preempted.popleft()
+        preemption.moved = True
+        preemption.victim.unpause(self.env.now)  # its pause ends now, not when the urgent work ends
 
 
 class ComputeEngine:
