@@ -40,10 +40,15 @@ costs = st.floats(min_value=1.0, max_value=3.0, allow_nan=False)
 jobs_strategy = st.lists(st.tuples(st.floats(0, 2), lengths, st.booleans()), min_size=1, max_size=20)
 
 
-def _run(cores: int, jobs: list[tuple[float, float, bool]], cost: float | None) -> tuple[list[float], CpuPool]:
-    """Run ``(arrival, seconds, compute)`` jobs; returns each job's end time and the pool."""
+def _run(cores: int, jobs: list[tuple[float, float, bool]], cost: float | None, poll_cost: float = 1.0,
+         pollers: int = 0) -> tuple[list[float], CpuPool]:
+    """Run ``(arrival, seconds, compute)`` jobs (with ``pollers`` pollers polling the whole run and ``poll_cost``
+    in force); returns each job's end time and the pool."""
     env = simpy.Environment()
     pool = CpuPool(env, "n0", cores) if cost is None else CpuPool(env, "n0", cores, oversubscribed_cost=cost)
+    pool.poll_cost = poll_cost
+    for _ in range(pollers):
+        pool.polling(True)
     ends = [0.0] * len(jobs)
 
     def job(i: int, at: float, seconds: float, compute: bool):
@@ -279,40 +284,19 @@ def test_a_dead_neighbour_stops_the_measurement():
 
 
 # ---------------------------------------------------------------------------------------------- a poller's cost
-def _run_polled(cores: int, jobs: list[tuple[float, float, bool]], cost: float, poll_cost: float,
-                pollers: int) -> tuple[list[float], CpuPool]:
-    """As :func:`_run`, with ``pollers`` pollers polling on the pool the whole run and ``poll_cost`` in force."""
-    env = simpy.Environment()
-    pool = CpuPool(env, "n0", cores, oversubscribed_cost=cost)
-    pool.poll_cost = poll_cost
-    for _ in range(pollers):
-        pool.polling(True)
-    ends = [0.0] * len(jobs)
-
-    def job(i: int, at: float, seconds: float, compute: bool):
-        yield env.timeout(at)
-        yield from pool.work(seconds, compute=compute)
-        ends[i] = env.now
-
-    for i, (at, seconds, compute) in enumerate(jobs):
-        env.process(job(i, at, seconds, compute))
-    env.run()
-    return ends, pool
-
-
 @settings(max_examples=60, deadline=None)
 @given(cores=st.integers(1, 4), jobs=jobs_strategy, cost=costs, poll_cost=costs)
 def test_a_poll_cost_applies_only_while_a_poller_polls(cores, jobs, cost, poll_cost):
     """No poller: the poll cost changes nothing; the data path's work never pays it either."""
-    assert _run_polled(cores, jobs, cost, poll_cost, 0)[0] == _run(cores, jobs, cost)[0]
+    assert _run(cores, jobs, cost, poll_cost, 0)[0] == _run(cores, jobs, cost)[0]
     data_path = [(at, s, False) for at, s, _ in jobs]
-    assert _run_polled(cores, data_path, cost, poll_cost, 2)[0] == _run(cores, data_path, None)[0]
+    assert _run(cores, data_path, cost, poll_cost, 2)[0] == _run(cores, data_path, None)[0]
 
 
 @settings(max_examples=60, deadline=None)
 @given(pieces=st.lists(lengths, min_size=1, max_size=12), cost=costs, poll_cost=costs)
 def test_beside_a_poller_compute_on_a_full_node_pays_both_costs(pieces, cost, poll_cost):
-    ends, pool = _run_polled(1, [(0.0, s, True) for s in pieces], cost, poll_cost, 1)
+    ends, pool = _run(1, [(0.0, s, True) for s in pieces], cost, poll_cost, 1)
     expected = pieces[0] + cost * poll_cost * sum(pieces[1:])
     assert max(ends) == pytest.approx(expected)
     assert pool.busy_core_seconds == pytest.approx(expected)
