@@ -228,8 +228,18 @@ class CpuPool:
         ``background``: a poll's, which does not count as :attr:`wanted`)."""
         if core_seconds <= 0:
             return
-        if background:
-            yield from self._work(core_seconds, urgent, compute, True)
+        seconds = core_seconds / self.speed
+        if compute and self._server.busy >= self._server.capacity:  # every core taken: this work shares one
+            seconds *= self.oversubscribed_cost * (self.poll_cost if self._pollers else 1.0)  # (class doc)
+        if self._running is None:  # no preemption (most pools): nothing to track
+            if urgent:
+                raise RuntimeError(f"{self.node}: urgent work on a pool without preemption")
+            yield from self._server.hold(seconds)
+            self.busy_core_seconds += seconds
+            return
+        if background:  # (a quantum that found no core to take is not run: :meth:`_tracked`)
+            if (yield from self._tracked(seconds, urgent, background=True)):
+                self.busy_core_seconds += seconds
             return
         self._foreground += 1
         if self._arrivals:
@@ -237,20 +247,9 @@ class CpuPool:
             for event in arrivals:
                 event.succeed()
         try:
-            yield from self._work(core_seconds, urgent, compute, False)
+            yield from self._tracked(seconds, urgent)
         finally:
             self._foreground -= 1
-
-    def _work(self, core_seconds: float, urgent: bool, compute: bool, background: bool) -> Generator[Any, Any, None]:
-        seconds = core_seconds / self.speed
-        if compute and self._server.busy >= self._server.capacity:  # every core taken: this work shares one
-            seconds *= self.oversubscribed_cost * (self.poll_cost if self._pollers else 1.0)  # (class doc)
-        if self._running is None:
-            if urgent:
-                raise RuntimeError(f"{self.node}: urgent work on a pool without preemption")
-            yield from self._server.hold(seconds)
-        elif not (yield from self._tracked(seconds, urgent, background)):
-            return  # a background load's quantum that found no core to take: not run
         self.busy_core_seconds += seconds
 
     def _tracked(self, seconds: float, urgent: bool, background: bool = False) -> Generator[Any, Any, bool]:
