@@ -154,8 +154,8 @@ class PollerBeside:
             raise RuntimeError(f"the poller process died (exit code {self.proc.exitcode})")
 
     def __exit__(self, *exc: object) -> None:
+        self.go.clear()  # ends the inner poll loop; the outer one then sees ``stop`` within 50 ms
         self.stop.set()
-        self.go.set()
         self.proc.join(timeout=10)
         if self.proc.is_alive():
             self.proc.terminate()
