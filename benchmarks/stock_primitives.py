@@ -40,11 +40,15 @@ processes on a shared machine do not inflate them; Ray calls are timed in wall t
   zero-copy, so the time does not grow with bytes (reported for the smallest and largest size);
 * ``buffer_add_s`` / ``buffer_add_per_step_s`` / ``buffer_sample_s`` — RLlib's
   ``EpisodeReplayBuffer.add`` of one episode of 1 and of 64 steps and ``sample(num_items=32)`` and, from ``sample(num_items=256)``, the cost per further item.
-* ``connector_per_call_s`` / ``connector_per_sample_s`` / ``connector_per_byte_s`` — RLlib's default
-  learner connector pipeline (``AlgorithmConfig.build_learner_connector``: observations, columns,
-  time dim, states, ``BatchIndividualItems``; without ``NumpyToTensor``, timed apart, and without
-  PPO's GAE, which the learner adds and the workload's value pass models) over numpy-ized episodes:
-  one 1-step episode (per call), 800 CartPole steps (per sample), 200 steps of 84x84x4 uint8 (per byte);
+* ``connector_per_call_s`` / ``connector_per_sample_s`` / ``connector_per_episode_s`` /
+  ``connector_per_byte_s`` — RLlib's default learner connector pipeline
+  (``AlgorithmConfig.build_learner_connector``: observations, columns, time dim, states,
+  ``BatchIndividualItems``; without ``NumpyToTensor``, timed apart, and without PPO's GAE, which the
+  learner adds and the workload's value pass models) over numpy-ized episodes: one 1-step episode (per
+  call); 4,000 CartPole steps as 4 episodes of 1,000 and as 200 episodes of 20 (the same samples in 50x the
+  episodes: per episode, then per sample); 200 steps of 84x84x4 uint8 (per byte). The pipeline loops
+  over episodes in Python (every piece visits each episode), so a batch of short episodes -- CartPole's
+  are about 20 steps early in training -- costs per episode as much as per sample;
 * ``to_tensor_per_call_s`` / ``to_tensor_per_byte_s`` — ``NumpyToTensor`` on the built batch, small
   and large (the slope between them);
 * ``driver_bookkeeping_s`` — the driver's handling of one EnvRunner result's metrics:
@@ -66,7 +70,8 @@ Writes JSON (``--out``, default ``results/stock_primitives.json``) that
 
 ``--sections`` measures only some of the groups (``pickle``, ``serializer``, ``buffer``, ``connector``, ``ray``,
 ``callee``, ``learner``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
-with ``<section>_when``, e.g. adding the callee's CPU to the file the simulator reads::
+with ``<section>_when`` (``--keep FIELD,...``: fields a section measures that keep the file's values, the new
+readings recorded under ``<section>_kept``), e.g. adding the callee's CPU to the file the simulator reads::
 
     RAY_AUTH_MODE=disabled python benchmarks/stock_primitives.py --sections callee --merge \
         --out benchmarks/stock_primitives.2core-vm.json
@@ -145,8 +150,12 @@ def _connector_primitives(repeats: int) -> dict:
     small = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
     large = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
     out: dict = {}
-    timings = {}
-    for name, space, n, steps in (("one", small, 1, 1), ("many", small, 4, 200), ("large", large, 4, 50)):
+    # every size's calls (connector, then NumpyToTensor on what it built), timed round-robin: one call of each
+    # size per round, so the host's drift over the minute hits every size alike (the fit takes differences
+    # between sizes); the large size runs every fifth round
+    calls: dict[str, tuple] = {}
+    for name, space, n, steps in (("one", small, 1, 1), ("many", small, 4, 1000), ("short", small, 200, 20),
+                                  ("large", large, 4, 50)):
         config = PPOConfig().environment(observation_space=space, action_space=act)
         spec = config.get_default_rl_module_spec()
         spec.observation_space, spec.action_space, spec.model_config = space, act, config.model_config
@@ -154,27 +163,42 @@ def _connector_primitives(repeats: int) -> dict:
         pipe = config.build_learner_connector(space, act)
         pipe.remove("NumpyToTensor")
         eps = episodes(n, steps, space, act)
-        reps = repeats if name != "large" else max(5, repeats // 5)
-        built = {}
-
-        def run(pipe=pipe, module=module, eps=eps, built=built):
-            built["batch"] = pipe(rl_module=module, batch={}, episodes=eps, shared_data={}, metrics=None)
-
-        timings[name] = (_cpu(run, reps), n * steps, n * steps * int(np.prod(space.shape)) * space.dtype.itemsize)
-        to_tensor = NumpyToTensor(as_learner_connector=True)
-        batch = built["batch"]
-        nbytes = sum(v.nbytes for v in batch.values() if hasattr(v, "nbytes"))
-        timings["tt_" + name] = (_cpu(lambda tt=to_tensor, m=module, b=batch: tt(rl_module=m, batch=dict(b), episodes=[]),
-                                      reps), 0, nbytes)
-    one, many, big = timings["one"], timings["many"], timings["large"]
-    per_sample = max(0.0, (many[0] - one[0]) / (many[1] - one[1]))
+        batch = pipe(rl_module=module, batch={}, episodes=eps, shared_data={}, metrics=None)
+        calls[name] = (pipe, module, eps, batch, n, n * steps, n * steps * int(np.prod(space.shape)) * space.dtype.itemsize)
+    to_tensor = NumpyToTensor(as_learner_connector=True)
+    times: dict[str, list[float]] = {k: [] for k in [*calls, *(f"tt_{k}" for k in calls if k != "short")]}
+    for r in range(repeats):
+        for name, (pipe, module, eps, batch, *_sizes) in calls.items():
+            if name == "large" and r % 5:
+                continue
+            c0 = time.process_time()
+            pipe(rl_module=module, batch={}, episodes=eps, shared_data={}, metrics=None)
+            times[name].append(time.process_time() - c0)
+            if name != "short":
+                c0 = time.process_time()
+                to_tensor(rl_module=module, batch=dict(batch), episodes=[])
+                times[f"tt_{name}"].append(time.process_time() - c0)
+    timings = {}
+    for name, (_pipe, _module, _eps, batch, n, samples, nbytes) in calls.items():
+        timings[name] = (statistics.median(times[name]), samples, nbytes, n)
+        if name != "short":
+            built = sum(v.nbytes for v in batch.values() if hasattr(v, "nbytes"))
+            timings[f"tt_{name}"] = (statistics.median(times[f"tt_{name}"]), 0, built)
+    one, many, short, big = timings["one"], timings["many"], timings["short"], timings["large"]
+    # time = per_call + (episodes - 1) * per_episode + (samples - 1) * per_sample (+ bytes * per_byte):
+    # "many" and "short" hold the same samples, so their difference is the episodes' alone
+    per_episode = max(0.0, (short[0] - many[0]) / (short[3] - many[3]))
+    per_sample = max(0.0, (many[0] - one[0] - (many[3] - one[3]) * per_episode) / (many[1] - one[1]))
     out["connector_per_call_s"] = one[0]
     out["connector_per_sample_s"] = per_sample
-    out["connector_per_byte_s"] = max(0.0, (big[0] - one[0] - (big[1] - one[1]) * per_sample) / (big[2] - one[2]))
+    out["connector_per_episode_s"] = per_episode
+    out["connector_per_byte_s"] = max(0.0, (big[0] - one[0] - (big[3] - one[3]) * per_episode
+                                            - (big[1] - one[1]) * per_sample) / (big[2] - one[2]))
     tt_small, tt_big = timings["tt_one"], timings["tt_large"]
     out["to_tensor_per_byte_s"] = max(0.0, (tt_big[0] - tt_small[0]) / (tt_big[2] - tt_small[2]))
     out["to_tensor_per_call_s"] = max(0.0, tt_small[0] - tt_small[2] * out["to_tensor_per_byte_s"])
-    out["connector_sizes"] = {k: {"cpu_s": v[0], "samples": v[1], "bytes": v[2]} for k, v in timings.items()}
+    out["connector_sizes"] = {k: {"cpu_s": v[0], "samples": v[1], "bytes": v[2], **({"episodes": v[3]} if len(v) > 3 else {})}
+                              for k, v in timings.items()}
     # the driver's per-result metrics bookkeeping
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
     from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
@@ -388,7 +412,14 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated subset of {', '.join(SECTIONS)} (default: all)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the other fields of an existing --out file; stamp the new ones <section>_when")
+    parser.add_argument("--keep", default="",
+                        help="with --merge: comma-separated fields the sections measure that keep the --out file's "
+                             "values (e.g. driver_bookkeeping_s, which the connector section also measures); "
+                             "the new measurements are recorded under <section>_kept")
     args = parser.parse_args(argv)
+    keep = [k.strip() for k in args.keep.split(",") if k.strip()]
+    if keep and not args.merge:
+        parser.error("--keep applies to --merge")
     if args.repeats < 4:
         parser.error(f"--repeats must be at least 4, got {args.repeats}")
     previous: dict = {}
@@ -399,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--merge: {args.out} is not a readable JSON file ({exc})")
         if not isinstance(previous, dict):
             parser.error(f"--merge: {args.out} does not hold a JSON object")
+        missing = [k for k in keep if k not in previous]
+        if missing:
+            parser.error(f"--keep: {args.out} has no field {', '.join(missing)} to keep")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
@@ -427,10 +461,17 @@ def main(argv: list[str] | None = None) -> int:
                     out.update(_ray_primitives(ray, args.repeats, args.sections))
             finally:
                 ray.shutdown()
+    unmeasured = [k for k in keep if k not in out]
+    if unmeasured:
+        parser.error(f"--keep: the sections {', '.join(sorted(args.sections))} do not measure "
+                     f"{', '.join(unmeasured)}")
     if previous:
         merged = dict(previous)
-        merged.update({k: v for k, v in out.items() if k not in ("host", "cpu_model", "cpus", "ray", "when")})
+        merged.update({k: v for k, v in out.items()
+                       if k not in ("host", "cpu_model", "cpus", "ray", "when") and k not in keep})
         for section in sorted(args.sections):
+            if keep:
+                merged[f"{section}_kept"] = {k: out[k] for k in keep}
             merged[f"{section}_when"] = when
             merged[f"{section}_cpu_model"] = cpu_model
         out = merged

@@ -259,7 +259,8 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
         else:  # an older calibration: per-minibatch calls only
             fields.update(update_overhead=int(cfg.num_epochs) * math.ceil(batch / minibatch) * float(update["latency"]))
         fields.update(train_batch_per_learner=batch, epochs=int(cfg.num_epochs),
-                      value_pass_per_sample=gae_per_sample(prims, batch))
+                      value_pass_per_sample=gae_per_sample(prims, batch),
+                      streamed_gae_per_sample=streamed_gae_per_sample(prims, batch, name))
     elif algo == "appo":
         fields.update(train_batch_per_learner=batch, chunks_per_batch=max(1, math.ceil(batch / (fragment * envs))),
                       max_reuse=int(cfg.circular_buffer_iterations_per_batch),
@@ -318,7 +319,8 @@ def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]
     default, where ``benchmarks/stock_primitives.py`` times the uniform one) and the driver's
     ``MetricsLogger.aggregate`` of an EnvRunner's metrics taken from the calibration, when measured; and
     the learner connector DQN's Learner runs (its own pieces, ``NumpyToTensor`` included) in place of the
-    default pipeline ``benchmarks/stock_primitives.py`` times; and the driver's handling of each update's
+    default pipeline ``benchmarks/stock_primitives.py`` times (per sampled item, and every item is its own
+    episode: no separate per-episode term); and the driver's handling of each update's
     results (:data:`DQN_RESULTS_PRIMITIVE`) where the calibration measured it."""
     if algo == "dqn" and DQN_RESULTS_PRIMITIVE in prims:
         res = prims[DQN_RESULTS_PRIMITIVE]
@@ -329,7 +331,7 @@ def workload_stock(stock: Any, algo: str, prims: Mapping[str, Mapping[str, Any]]
     add, smp, prio, agg = (prims[k] for k in ("replay_add", "replay_sample", "replay_priorities", "driver_metrics"))
     conn = prims["learner_connector"]
     return replace(stock, connector_per_call=float(conn["latency"]), connector_per_sample=float(conn["per_item"]),
-                   connector_per_byte=0.0, buffer_add_per_call=float(add["latency"]), buffer_add_per_step=0.0,
+                   connector_per_episode=0.0, connector_per_byte=0.0, buffer_add_per_call=float(add["latency"]), buffer_add_per_step=0.0,
                    buffer_sample_per_call=float(smp["latency"]), buffer_sample_per_item=float(smp["per_item"]),
                    buffer_update_priorities_per_call=float(prio["latency"]),
                    buffer_update_priorities_per_item=float(prio["per_item"]),
@@ -361,6 +363,27 @@ def gae_per_sample(prims: Mapping[str, Any], batch: int) -> float:
     if entry is None:
         return float(prims["value_pass"]["per_item"])
     return float(entry["per_item"]) + float(entry["latency"]) / max(1, batch)
+
+
+def streamed_gae_per_sample(prims: Mapping[str, Any], batch: int, name: str) -> float:
+    """What Conduit's ``StreamedGAE`` still runs at update start, per sample at the train batch: the
+    ``gae_streamed`` primitive (the GAE piece less the ``compute_values`` calls inside it, timed in the same
+    call, :func:`conduit.runtime.calibrate._ppo_learner_iteration`), the local learner's twin where
+    :func:`gae_per_sample` reads the local GAE piece and the twin is admitted too (else the one-thread figure:
+    the part left is numpy over scalars, little of it torch); capped at the whole piece's figure. A calibration that
+    timed the GAE piece without it is refused (the simulator would stream all of GAE, which the runtime does
+    not); one from before the GAE piece was timed (``value_pass`` only) streams the whole pass."""
+    if prims.get("gae_connector_local") is None and prims.get("gae_connector") is None:
+        return 0.0
+    local = prims.get("gae_connector_local") is not None and prims.get("gae_streamed_local") is not None
+    kind = "gae_streamed_local" if local else "gae_streamed"
+    entry = prims.get(kind)
+    if entry is None:
+        raise SystemExit(f"calibration: PPO workload {name} has no {kind} primitive (measured before GAE's value "
+                         f"pass was timed apart); add it with studies/validation.py --calibration FILE "
+                         f"--add-learner-primitives --only {kind} --out DIR")
+    per_sample = float(entry["per_item"]) + float(entry["latency"]) / max(1, batch)
+    return min(max(0.0, per_sample), gae_per_sample(prims, batch))
 
 
 def local_learner_update(prims: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -411,11 +434,13 @@ def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, A
 
 
 #: primitives measured with a local learner's torch threads (:func:`conduit.runtime.calibrate.measure_local_learner`)
-LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "gae_connector_local", "torch_team")
+LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "gae_connector_local", "gae_streamed_local",
+                    "torch_team")
 #: kinds only PPO's learner has (``--only`` with nothing else measures no other algorithm)
-PPO_PRIMITIVES = {"learner_update_call", "gae_connector", "learner_update_call_local", "gae_connector_local"}
+PPO_PRIMITIVES = {"learner_update_call", "gae_connector", "gae_streamed", "learner_update_call_local",
+                  "gae_connector_local", "gae_streamed_local"}
 #: every kind --add-learner-primitives measures (``--only`` picks among them; ``env_runner`` only when asked)
-LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", *DQN_CALL_PRIMITIVES,
+LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", "gae_streamed", *DQN_CALL_PRIMITIVES,
                       *LOCAL_PRIMITIVES, "env_runner", "weights")
 
 
@@ -566,7 +591,7 @@ def workload_primitives(calibration: Mapping[str, Any], w: Any, cfg: Any, clock:
     extra = DQN_CALL_PRIMITIVES if w.algo == "dqn" else ("runner_metrics",)
     prims.update({kind: _primitive(calibration, kind, key, clock) for kind in extra
                   if measured.get(f"{kind}:{key}", {}).get("samples")})
-    for kind in ("learner_update_call", "gae_connector") if w.algo == "ppo" else ():
+    for kind in ("learner_update_call", "gae_connector", "gae_streamed") if w.algo == "ppo" else ():
         if measured.get(f"{kind}:{key}", {}).get("samples"):
             prims[kind] = _primitive(calibration, kind, key, clock)
     for kind in LOCAL_PRIMITIVES:
@@ -703,7 +728,7 @@ def _stamped(entry: dict[str, Any], load: Sequence[float]) -> dict[str, Any]:
 
 
 #: the update primitives a re-timing may cover (each the one-thread kind; a local learner's ``_local`` twin)
-UPDATE_KINDS = ("learner_update", "learner_update_call", "gae_connector")
+UPDATE_KINDS = ("learner_update", "learner_update_call", "gae_connector", "gae_streamed")
 
 
 def update_kinds(calibration: Mapping[str, Any], configs: Mapping[str, Any], name: str) -> list[str]:

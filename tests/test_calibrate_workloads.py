@@ -69,8 +69,10 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
                         "weights:ppo-cartpole", "learner_update_proxy:ppo-cartpole",
                         "learner_update_call:ppo-cartpole",
                         "gae_connector:ppo-cartpole",  # the GAE piece inside the learner's own pipeline
+                        "gae_streamed:ppo-cartpole",  # Conduit's StreamedGAE on that piece's input and values
                         "learner_update_local:ppo-cartpole",  # num_learners=0: also with the driver's threads
                         "learner_update_call_local:ppo-cartpole", "gae_connector_local:ppo-cartpole",
+                        "gae_streamed_local:ppo-cartpole",
                         "torch_team:ppo-cartpole",  # what the driver's extra torch threads cost the node
                         "runner_metrics:ppo-cartpole"}  # the rest of the remote sample call: get_metrics()
     assert "get_metrics" in out["runner_metrics:ppo-cartpole"].note and out["runner_metrics:ppo-cartpole"].latency > 0
@@ -92,6 +94,13 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     assert "GeneralAdvantageEstimation" in gae.note and "fresh episodes" in call.note
     assert gae.sizes == call.sizes and gae.per_item > 0 and gae.samples == call.samples == 4
     assert call.extra["fit_anchor"] == gae.extra["fit_anchor"] == "largest"
+    # what enable() leaves for update start: the runtime's StreamedGAE given the values, timed on the same
+    # inputs; less than the whole piece (its value pass is what the stream does ahead of time)
+    streamed = out["gae_streamed:ppo-cartpole"]
+    assert "StreamedGAE" in streamed.note and streamed.sizes == gae.sizes and streamed.samples == gae.samples
+    top = max(gae.sizes)
+    assert 0 < streamed.latency + top * streamed.per_item < gae.latency + top * gae.per_item
+    assert out["gae_streamed_local:ppo-cartpole"].extra["fit_anchor"] == "largest"
     assert out["gae_connector_local:ppo-cartpole"].extra["fit_anchor"] == "largest"
     assert out["learner_update_call_local:ppo-cartpole"].extra["epochs_timed"] == 30
     assert out["learner_update_local:ppo-cartpole"].extra["load_average"]  # wall clock: the load is recorded

@@ -176,6 +176,41 @@ def test_every_ppo_runner_samples_in_every_iteration(gpus, runners, batch):
     assert steps["rllib-stock"] == steps["all-gpu"]  # both sides sample the same fragments
 
 
+# ---------------------------------------------------------------- the learner connector visits each episode
+@SETTINGS
+@given(samples=st.floats(1, 1e5), episodes=st.floats(0, 1e4), nbytes=st.floats(0, 1e9),
+       more=st.floats(1, 1e3))
+def test_the_connector_charges_per_call_sample_episode_and_byte(samples, episodes, nbytes, more):
+    """``StockCosts.connector``: linear in each of its inputs, with the measured per-episode term (the pipeline
+    visits every episode in Python): the same samples in more episodes cost more, by exactly the episodes'."""
+    s = StockCosts()
+    assert s.connector_per_episode > 0
+    base = s.connector(samples, episodes, nbytes)
+    assert base == pytest.approx(s.connector_per_call + samples * s.connector_per_sample
+                                 + episodes * s.connector_per_episode + nbytes * s.connector_per_byte)
+    assert s.connector(samples, episodes + more, nbytes) - base == pytest.approx(more * s.connector_per_episode)
+
+
+@SETTINGS
+@given(episode_length=st.floats(5.0, 5000.0), per_episode=st.floats(0.0, 1e-3))
+def test_a_stock_ppo_batch_of_short_episodes_costs_its_connector_more(episode_length, per_episode):
+    """Stock PPO's segment *c* (the learner connector over the shard, a core per process here) is the connector of
+    the shard's samples in its episodes (``Workload.chunk_episodes`` per chunk), so it grows exactly with
+    ``connector_per_episode`` times the episodes."""
+    wl = {"base": "ppo", "runners_per_gpu": 1, "envs_per_runner": 2, "fragment_length": 64,
+          "train_batch_per_learner": 256, "bytes_per_step": 64, "frame_stack": 1, "epochs": 1,
+          "episode_length": episode_length}
+    costs = {x: replace(StockCosts(), connector_per_episode=x) for x in (0.0, per_episode)}
+    c = {}
+    for x, stock in costs.items():
+        sim, result = run(topology(gpus=1), wl, iterations=3, stock=stock)
+        c[x] = result.segments["c"]
+    w = sim.workload
+    chunks = math.ceil(w.train_batch_per_learner / w.chunk_steps)
+    episodes = chunks * w.chunk_episodes
+    assert c[per_episode] - c[0.0] == pytest.approx(per_episode * episodes, rel=1e-6, abs=1e-12)
+
+
 # ---------------------------------------------------------------- learner-side frame stacking
 def test_frame_stacking_in_the_learner_keeps_one_frame_on_the_wire():
     base = {"base": "ppo", "runners_per_gpu": 1, "envs_per_runner": 2, "fragment_length": 64,

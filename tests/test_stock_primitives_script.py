@@ -41,6 +41,32 @@ def test_merge_keeps_the_files_other_fields_and_stamps_the_section(tmp_path, cap
     assert data["pickle_when"].endswith("Z")
 
 
+def test_keep_holds_the_files_value_and_records_the_new_reading(tmp_path):
+    """``--keep``: a field the section measures keeps the file's value; the new reading is recorded beside it."""
+    out = tmp_path / "prims.json"
+    out.write_text(json.dumps({"episode_pickle_s": 9.0, "when": "earlier"}))
+    assert sp.main(["--sections", "pickle", "--merge", "--keep", "episode_pickle_s", "--out", str(out),
+                    "--repeats", "4"]) == 0
+    data = json.loads(out.read_text())
+    assert data["episode_pickle_s"] == 9.0 and 0 < data["pickle_kept"]["episode_pickle_s"] < 9.0
+    assert data["episode_unpickle_s"] > 0  # the section's other fields: measured now
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--keep", "x"], "--keep applies to --merge"),
+    (["--merge", "--keep", "absent_s"], "has no field absent_s"),
+    (["--sections", "pickle", "--merge", "--keep", "rpc_round_trip_s"], "do not measure rpc_round_trip_s"),
+])
+def test_keep_errors_name_the_field(tmp_path, capsys, argv, message):
+    out = tmp_path / "prims.json"
+    original = json.dumps({"rpc_round_trip_s": 1e-3})
+    out.write_text(original)
+    with pytest.raises(SystemExit) as exc:
+        sp.main([*argv, "--out", str(out), "--repeats", "4"])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert out.read_text() == original  # nothing lost
+
+
 def test_merge_into_a_broken_file_names_it(tmp_path, capsys):
     out = tmp_path / "broken.json"
     out.write_text("{not json")

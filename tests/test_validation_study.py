@@ -369,7 +369,7 @@ def test_dqn_driver_primitives_replace_the_generic_buffer_costs(add, smp, item, 
     assert s.buffer_add(1) == pytest.approx(add)
     assert s.buffer_sample(32) == pytest.approx(smp + 32 * item)
     assert s.buffer_update_priorities(32) == pytest.approx(prio + 32 * prio_item)
-    assert s.driver_bookkeeping == agg and s.connector(32, 1e6) == pytest.approx(conn + 32 * conn_item)
+    assert s.driver_bookkeeping == agg and s.connector(32, 32, 1e6) == pytest.approx(conn + 32 * conn_item)
     assert s.rpc_overhead == STOCK.rpc_overhead  # the rest stays the stock primitives file's
     assert val.workload_stock(STOCK, "ppo", prims) is STOCK
     partial = {k: v for k, v in prims.items() if k != "replay_priorities"}
@@ -461,12 +461,45 @@ def test_ppo_gae_is_the_connector_piece_at_the_train_batch_when_measured(batch, 
            .training(train_batch_size_per_learner=batch, minibatch_size=64))
     base = _prims(value=value)
     gae = {"per_item": per_sample, "latency": per_call, "samples": 9, "extra": {"fit_anchor": "largest"}}
+    none = {"per_item": 0.0, "latency": 0.0, "samples": 9}  # (StreamedGAE: test below)
     assert val.sim_workload("w", "ppo", cfg, base, STOCK).value_pass_per_sample == value
-    wl = val.sim_workload("w", "ppo", cfg, {**base, "gae_connector": gae}, STOCK)
+    wl = val.sim_workload("w", "ppo", cfg, {**base, "gae_connector": gae, "gae_streamed": none}, STOCK)
     assert wl.value_pass_per_sample * batch == pytest.approx(per_sample * batch + per_call)
     local = {**gae, "per_item": local_per_sample}
-    both = val.sim_workload("w", "ppo", cfg, {**base, "gae_connector": gae, "gae_connector_local": local}, STOCK)
+    both = val.sim_workload("w", "ppo", cfg, {**base, "gae_connector": gae, "gae_connector_local": local,
+                                              "gae_streamed": none}, STOCK)
     assert both.value_pass_per_sample * batch == pytest.approx(local_per_sample * batch + per_call)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.integers(64, 4000), per_sample=times, per_call=times, share=st.floats(0.0, 1.5),
+       local_share=st.floats(0.0, 1.0), local=st.booleans())
+def test_ppo_streamed_gae_is_its_measured_piece_at_the_train_batch(batch, per_sample, per_call, share,
+                                                                  local_share, local):
+    """``gae_streamed`` (the runtime's ``StreamedGAE`` timed on the GAE piece's inputs) is what the deployed model
+    leaves for update start, per sample at the train batch, the local twin where the local GAE piece is read and
+    the twin was admitted, capped at the whole piece; a calibration that timed the GAE piece without it is
+    refused with the command that adds it (no silent fallback to streaming all of GAE)."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cfg = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
+           .training(train_batch_size_per_learner=batch, minibatch_size=64))
+    base = _prims()
+    gae = {"per_item": per_sample, "latency": per_call, "samples": 9, "extra": {"fit_anchor": "largest"}}
+    streamed = {"per_item": share * per_sample, "latency": share * per_call, "samples": 9}
+    prims = {**base, "gae_connector": gae, "gae_streamed": streamed}
+    if local:
+        prims.update(gae_connector_local=gae,
+                     gae_streamed_local={**streamed, "per_item": local_share * per_sample, "latency": 0.0})
+    wl = val.sim_workload("w", "ppo", cfg, prims, STOCK)
+    whole = per_sample * batch + per_call
+    want = local_share * per_sample * batch if local else min(share, 1.0) * whole
+    assert wl.streamed_gae_per_sample * batch == pytest.approx(want, rel=1e-9, abs=1e-15)
+    assert wl.streamed_gae_per_sample <= wl.value_pass_per_sample
+    with pytest.raises(SystemExit, match="--add-learner-primitives --only gae_streamed"):
+        val.sim_workload("w", "ppo", cfg, {**base, "gae_connector": gae}, STOCK)
+    # a calibration from before the GAE piece was timed: its value pass alone, all of it streamed
+    assert val.sim_workload("w", "ppo", cfg, base, STOCK).streamed_gae_per_sample == 0.0
 
 
 @settings(max_examples=20, deadline=None)

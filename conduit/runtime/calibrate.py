@@ -1617,7 +1617,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
     config's batch, with the torch threads in force (a local learner's: :func:`measure_local_learner`).
 
     ``update_only``: the update primitives alone (``learner_update``, and PPO's ``learner_update_call`` and
-    ``gae_connector``, which one timed round measures together), the same sweeps as a full measurement: what a
+    ``gae_connector`` and ``gae_streamed``, which one timed round measures together), the same sweeps as a full measurement: what a
     validation run re-times just before it starts (``studies/validation.py: recheck_primitives``)."""
     from ray.rllib.core.learner.training_data import TrainingData
     from ray.rllib.policy.sample_batch import MultiAgentBatch
@@ -1943,7 +1943,11 @@ def measure_runner_call(name: str, algo: str, config, quick: bool = False) -> li
 def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, timesteps: dict,
                            quick: bool) -> list[WorkloadMeasurement]:
     """PPO's learner side of an iteration, each call on fresh data as the real run makes it:
-    ``learner_update_call:<name>`` and ``gae_connector:<name>``.
+    ``learner_update_call:<name>``, ``gae_connector:<name>`` and ``gae_streamed:<name>`` (Conduit's
+    ``StreamedGAE`` on the same input with that call's values: what ``enable()`` leaves for update start. The
+    GAE call less the ``compute_values`` calls inside it is not that figure: on ``ppo-largeobs`` it left 30 ms of
+    2,000 samples, the forward pass's large tensors released after it returns, where ``StreamedGAE`` takes
+    1.5-1.7 ms).
 
     ``ppo.py: PPO.training_step`` hands the learner new episodes every iteration; the learner connector
     (``Learner._make_batch_if_necessary``) builds the batch, its last piece ``GeneralAdvantageEstimation``
@@ -1974,18 +1978,54 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
                    else {max(minibatch, batch // 4), max(minibatch, batch // 2), batch})
     epochs = max(1, int(cfg.num_epochs))
     shuffle = bool(getattr(cfg, "shuffle_batch_per_epoch", True))
-    gae_clock: list[tuple[float, float]] = []
-    original = GeneralAdvantageEstimation.__call__
+    from conduit.runtime.rllib.values import StreamedGAE
 
-    def timed_gae(self, *args, **kwargs):
+    gae_clock: list[tuple[float, float, float, float]] = []
+    original = GeneralAdvantageEstimation.__call__
+    module_types = {type(m) for m in learner.module.values()}
+    original_values = {t: t.__dict__.get("compute_values") for t in module_types}
+    kept: list[Any] = []  # the value passes' outputs inside the stock GAE call, in the modules' order
+    inside = threading.local()
+    pieces: dict[int, Any] = {}  # one StreamedGAE per GAE piece, reused as the installed one is
+
+    def timed_gae(self, *, rl_module: Any, episodes: Any, batch: dict, **kwargs: Any) -> Any:
+        if getattr(inside, "streamed", False):  # StreamedGAE's own super().__call__
+            return original(self, rl_module=rl_module, episodes=episodes, batch=batch, **kwargs)
+        kept.clear()
+        columns = {mid: dict(cols) for mid, cols in batch.items()}  # the input, before GAE adds its columns
         c0, t0 = time.process_time(), time.perf_counter()
+        result = original(self, rl_module=rl_module, episodes=episodes, batch=batch, **kwargs)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        # the runtime's StreamedGAE on the same input, its values given (as the ValueStream hands them over)
+        mids = [mid for mid, _module in rl_module.items() if mid in columns]
+        streamed = pieces.get(id(self))
+        if streamed is None:
+            streamed = pieces[id(self)] = StreamedGAE(gamma=self.gamma, lambda_=self.lambda_)
+        streamed.pending = {mid: v.detach().cpu().numpy() for mid, v in zip(mids, kept, strict=True)}
+        inside.streamed = True
         try:
-            return original(self, *args, **kwargs)
+            c1, t1 = time.process_time(), time.perf_counter()
+            streamed(rl_module=rl_module, episodes=episodes, batch=columns, **kwargs)
+            gae_clock.append((cpu, wall, time.process_time() - c1, time.perf_counter() - t1))
         finally:
-            gae_clock.append((time.process_time() - c0, time.perf_counter() - t0))
+            inside.streamed = False
+        if streamed.counters["fallback"]:
+            raise ConduitError(f"{name}: StreamedGAE fell back to the value pass on the calibration's batch")
+        return result
+
+    def keeping_values(kind: type) -> Any:
+        inherited = kind.compute_values
+
+        def compute_values(self, *args: Any, **kwargs: Any) -> Any:
+            out = inherited(self, *args, **kwargs)
+            if not getattr(inside, "streamed", False):
+                kept.append(out)
+            return out
+        return compute_values
 
     update_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
     gae_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
+    streamed_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
 
     def one_round(n: int) -> tuple[tuple[float, float], tuple[float, float]]:
         episodes = runner.sample(num_timesteps=n, random_actions=False)
@@ -1994,22 +2034,30 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
         if len(gae_clock) != 1:
             raise ConduitError(f"{name}: the learner connector ran GeneralAdvantageEstimation {len(gae_clock)} "
                                f"times, expected once")
-        gae = gae_clock[0]
+        cpu, wall, streamed_cpu, streamed_wall = gae_clock[0]
         update = _cpu_clock(lambda: learner.update(batch=built, minibatch_size=minibatch, num_epochs=epochs,
                                                    timesteps=timesteps, shuffle_batch_per_epoch=shuffle))
-        return gae, update
+        return (cpu, wall), (streamed_cpu, streamed_wall), update
 
     reps = 2 if quick else 3
     GeneralAdvantageEstimation.__call__ = timed_gae
+    for kind in module_types:
+        kind.compute_values = keeping_values(kind)
     try:
         one_round(sizes[0])  # warm-up: first-call paths
         for _ in range(reps):
             for n in sizes:
-                gae, update = one_round(n)
+                gae, streamed, update = one_round(n)
                 gae_times[n].append(gae)
+                streamed_times[n].append(streamed)
                 update_times[n].append(update)
     finally:
         GeneralAdvantageEstimation.__call__ = original
+        for kind, own in original_values.items():
+            if own is None:
+                del kind.compute_values  # it was inherited
+            else:
+                kind.compute_values = own
 
     def medians(times: dict[int, list[tuple[float, float]]], i: int) -> list[float]:
         return [statistics.median(t[i] for t in times[n]) for n in sizes]
@@ -2027,7 +2075,14 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
                         f"GeneralAdvantageEstimation inside {type(learner).__name__}'s learner connector pipeline "
                         f"(value pass, bootstrap rows, advantages and value targets), {fresh}, one torch thread",
                         anchor="largest")
-    return [call, gae]
+    streamed = _from_medians(f"gae_streamed:{name}", "samples", sizes, medians(streamed_times, 0),
+                             medians(streamed_times, 1), reps * len(sizes),
+                             f"conduit's StreamedGAE (conduit/runtime/rllib/values.py) on the input of each timed "
+                             f"GeneralAdvantageEstimation call, given that call's values as the ValueStream hands "
+                             f"them over: the bootstrap rows, advantages, value targets and their tensors that "
+                             f"enable() still runs at update start, {fresh}, one torch thread",
+                             anchor="largest")
+    return [call, gae, streamed]
 
 
 #: idle gaps after a parallel region for :func:`measure_torch_team`: one longer than any spin-wait, one short
@@ -2157,7 +2212,8 @@ def measure_local_learner(name: str, algo: str, config, quick: bool = False,
     threads = max(1, int(os.cpu_count() or 1))
     with _torch_threads(threads):
         ms = [m for m in measure_learner(name, algo, config, quick, team=not update_only, update_only=update_only)
-              if m.name.startswith(("learner_update:", "learner_update_call:", "gae_connector:", "torch_team:"))]
+              if m.name.startswith(("learner_update:", "learner_update_call:", "gae_connector:", "gae_streamed:",
+                                    "torch_team:"))]
     out = [m for m in ms if m.name.startswith("torch_team:")]
     for m in ms:
         if m.name.startswith("torch_team:"):

@@ -275,7 +275,7 @@ class AppoLoop:
             yield from self.move_to(chunk.id, lr.pageable)
         t_c = self.env.now
         built = chunk.nbytes * w.frame_stack
-        yield from self.cpu(lr.node, s.connector(chunk.steps / w.steps_per_row, built))
+        yield from self.cpu(lr.node, s.connector(chunk.steps / w.steps_per_row, w.chunk_episodes, built))
         t_d = self.env.now
         yield from self.cpu(lr.node, s.to_tensor(built))
         # pin_memory=True: a CPU copy into a pinned buffer on the loader thread, then DMA

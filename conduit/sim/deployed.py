@@ -324,7 +324,7 @@ class DeployedRoute:
         self.plane_calls[kind] += 1
 
     def build_at_update_start(self, lr: LearnerRole, steps: float, nbytes: float, *, rebuild: float,
-                              connector: bool = True) -> Generator:
+                              episodes: float, connector: bool = True) -> Generator:
         """The learner's pipeline once its batch is in the process: ``rebuild`` seconds of rebuilding it as
         episodes where that happens here (:meth:`rebuild_time`; PPO's ``ValueStream.episodes_for``), RLlib's
         learner connector over the whole batch (unless the batch is already a train batch),
@@ -333,7 +333,7 @@ class DeployedRoute:
         built = nbytes * w.frame_stack
         work = rebuild + s.to_tensor(built)
         if connector:
-            work += s.connector(steps / w.steps_per_row, built)
+            work += s.connector(steps / w.steps_per_row, episodes, built)
         yield from self.on_learner(lr, work)
         yield from self.copy_to_device(lr, built, pinned=False)
 
@@ -342,9 +342,13 @@ class DeployedRoute:
         one episode object per episode run. A run is an episode's rows in the batch: the episodes the
         steps hold (``episode_length``) plus one per runner whose pieces are in the batch (its first piece
         continues an episode begun before; consecutive pieces of one episode are joined)."""
-        w = self.workload
+        return self.plane.rebuild(self.episode_runs(cids), len(cids) * self.workload.chunk_bytes)
+
+    def episode_runs(self, cids: list[int]) -> float:
+        """The episode objects a rebuilt batch of ``cids`` holds (:meth:`rebuild_time`): what RLlib's learner
+        connector then visits one by one."""
         runners = len({self.rec.chunks[cid].runner for cid in cids})
-        return self.plane.rebuild(len(cids) * w.chunk_steps / w.episode_length + runners, len(cids) * w.chunk_bytes)
+        return len(cids) * self.workload.chunk_steps / self.workload.episode_length + runners
 
     def _retire_to_device(self, lr: LearnerRole, cids: list[int]) -> Generator:
         """The delivered rows now sit in the learner's device memory (the plane released its copies)."""
@@ -421,7 +425,8 @@ class DeployedRoute:
 
     def deployed_value_stream(self, lr: LearnerRole, state: Any) -> Generator:
         """``values.py: ValueStream``: peek what has landed (one call for all of it), copy it into the
-        learner's batch, run the value pass on it; until every chunk of the learner's batch is done."""
+        learner's batch, run the value forward pass on it (``value_pass_per_sample`` less the
+        ``streamed_gae_per_sample`` left for update start); until every chunk of the learner's batch is done."""
         w = self.workload
         done = 0
         expected = state.expected[lr.id]
@@ -434,13 +439,16 @@ class DeployedRoute:
             # the peek, then the rows copied into the learner's own batch
             yield from self.deployed_deliver(lr, nbytes, kind="peek", then=nbytes / self.plane.pack_bandwidth)
             yield from self.copy_to_device(lr, nbytes, pinned=False)  # compute_values' forward pass input
-            yield from self.value_pass(lr, len(cids) * w.chunk_steps * w.value_pass_per_sample)
+            # the forward pass only: the rest of GAE runs at update start (deployed_ppo_learner_batch)
+            yield from self.value_pass(lr, len(cids) * w.chunk_steps * (w.value_pass_per_sample
+                                                                         - w.streamed_gae_per_sample))
             done += len(cids)
 
     def deployed_ppo_learner_batch(self, lr: LearnerRole, state: Any) -> Generator:
         """Update *k* on one learner: the driver's call arrives and the stream has evaluated every
         chunk; ``next_batch(from_row=...)`` (a round trip, no rows left to ship), then the learner
-        connector over the whole batch, to-tensor and the pageable copy."""
+        connector over the whole batch, to-tensor and the pageable copy, then the rest of GAE
+        (``Workload.streamed_gae_per_sample``: the stream ran only the forward pass)."""
         w = self.workload
         self.view.learner_waiting(lr)
         stream = self.env.process(self.deployed_value_stream(lr, state))
@@ -448,8 +456,13 @@ class DeployedRoute:
         yield from self.deployed_deliver(lr, 0.0)
         cids = state.assigned[lr.id]
         yield from self.build_at_update_start(lr, len(cids) * w.chunk_steps, len(cids) * w.chunk_bytes,
-                                              rebuild=self.rebuild_time(cids))
+                                              rebuild=self.rebuild_time(cids), episodes=self.episode_runs(cids))
         yield from self._retire_to_device(lr, cids)
+        # StreamedGAE (values.py), after NumpyToTensor as RLlib's GAE piece: the bootstrap rows, advantages and
+        # value targets over the whole batch (numpy on the learner's thread), the streamed values in place of
+        # the forward pass
+        if w.streamed_gae_per_sample > 0:
+            yield from self.on_learner(lr, len(cids) * w.chunk_steps * w.streamed_gae_per_sample)
         for cid in cids:
             self.rec.chunks[cid].t_ready = self.env.now
         state.batch_ready_at[lr.id] = self.env.now
@@ -567,7 +580,7 @@ class DeployedRoute:
                 batch = yield from self._deployed_appo_fetch(lr, queue)
             steps, nbytes = len(batch) * w.chunk_steps, len(batch) * w.chunk_bytes
             # the prefetch thread rebuilt the episodes (:meth:`_deployed_appo_fetch`)
-            yield from self.build_at_update_start(lr, steps, nbytes, rebuild=0.0)
+            yield from self.build_at_update_start(lr, steps, nbytes, rebuild=0.0, episodes=self.episode_runs(batch))
             yield from self._retire_to_device(lr, batch)
             for cid in batch:
                 if math.isnan(self.rec.chunks[cid].t_ready):
@@ -780,7 +793,7 @@ class DeployedRoute:
         selections, newest = yield fetched.get()
         # DirectReplay: the transition rows are the train batch, no episodes rebuilt
         yield from self.build_at_update_start(lr, w.batch_size, w.batch_size * w.bytes_per_step, rebuild=0.0,
-                                              connector=False)
+                                              episodes=w.batch_size, connector=False)
         for cid, _ in selections:
             trace = self.rec.chunks[cid]
             if math.isnan(trace.t_ready):

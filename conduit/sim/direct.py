@@ -35,7 +35,7 @@ class DirectRoute:
         per_chunk = self.path.batch_build == "per-chunk"
         work = p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
         if per_chunk:
-            work += self.stock.connector(samples / w.steps_per_row, nbytes * w.frame_stack)
+            work += self.stock.connector(samples / w.steps_per_row, len(group) * w.chunk_episodes, nbytes * w.frame_stack)
         yield from self.cpu(runner.node, work)
         tier = self.decide_tier(group[0][0], runner, learner)
         if not self.ledger.fits(tier, nbytes):
@@ -96,7 +96,7 @@ class DirectRoute:
         then one copy of whatever the placement left off the device."""
         w, s = self.workload, self.stock
         built = len(batch) * w.chunk_bytes * w.frame_stack  # the learner connector stacks frames
-        yield from self.cpu(lr.node, s.connector(len(batch) * w.chunk_steps / w.steps_per_row, built)
+        yield from self.cpu(lr.node, s.connector(len(batch) * w.chunk_steps / w.steps_per_row, len(batch) * w.chunk_episodes, built)
                             + s.to_tensor(built))
         by_tier: dict[str, list[int]] = {}
         for cid in batch:

@@ -225,7 +225,7 @@ class DqnLoop:
         if w.local_learner:
             yield from self.on_driver(s.local_call_overhead)
             t_c = self.env.now
-            yield from self.on_driver(s.connector(w.batch_size / w.steps_per_row, built))
+            yield from self.on_driver(s.connector(w.batch_size / w.steps_per_row, w.batch_size, built))
             t_d = self.env.now
             yield from self.on_driver(s.to_tensor(built))
         else:
@@ -233,7 +233,7 @@ class DqnLoop:
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
             yield from self.cpu(lr.node, s.shard_deserialize(w.batch_size, w.batch_size, nbytes))
             t_c = self.env.now
-            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, built))
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, w.batch_size, built))
             t_d = self.env.now
             yield from self.cpu(lr.node, s.to_tensor(built))
         yield from self.copy_to_device(lr, built, pinned=False)
@@ -352,7 +352,7 @@ class DqnLoop:
         if self.path.batch_build == "per-batch":  # the framework's connector over the sampled batch
             s = self.stock
             built = w.batch_size * w.bytes_per_step * w.frame_stack
-            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, built) + s.to_tensor(built))
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, w.batch_size, built) + s.to_tensor(built))
         for cid, _ in selections:
             trace = self.rec.chunks[cid]
             if math.isnan(trace.t_ready):

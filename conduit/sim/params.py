@@ -41,12 +41,23 @@ the shared machine do not inflate them). The parameter -> field of that file:
   ``studies/validation.py`` takes these and the buffer's add/sample costs from the workload's own
   buffer (``conduit calibrate``'s ``replay_*`` primitives, :func:`conduit.runtime.calibrate.measure_learner`).
 
-* ``connector_per_call`` = ``connector_per_call_s`` (0.113 ms), ``connector_per_sample`` =
-  ``connector_per_sample_s`` (2.0 us), ``connector_per_byte`` = ``connector_per_byte_s`` (0.195 ns):
-  RLlib's default learner connector pipeline (``AlgorithmConfig.build_learner_connector``, without
-  ``NumpyToTensor`` and without PPO's GAE) over numpy-ized episodes, three sizes (CPU time);
-* ``to_tensor_per_call`` = ``to_tensor_per_call_s`` (0.121 ms), ``to_tensor_per_byte`` =
-  ``to_tensor_per_byte_s`` (0.35 ps): ``NumpyToTensor`` on the built batch (CPU time);
+* ``connector_per_call`` = ``connector_per_call_s`` (0.082 ms), ``connector_per_sample`` =
+  ``connector_per_sample_s`` (0.54 us), ``connector_per_episode`` = ``connector_per_episode_s`` (20.3 us),
+  ``connector_per_byte`` = ``connector_per_byte_s`` (0.095 ns): RLlib's default learner connector pipeline
+  (``AlgorithmConfig.build_learner_connector``, without ``NumpyToTensor`` and without PPO's GAE) over
+  numpy-ized episodes, four sizes timed round-robin (CPU time; ``--sections connector --repeats 2001``,
+  2026-12-06 22:16). Every piece of the pipeline visits each episode in Python, so 4,000 CartPole steps
+  cost 2.3 ms as 4 episodes and 6.3 ms as 200 (CartPole's episodes are about 20 steps early in
+  training). Until 2026-12-06 the fit had no episode term (0.113 ms + 2.0 us/sample, measured on 4
+  episodes); the model under-charged the connector of a batch of short episodes by half (the reference
+  window's PPO CartPole *c*: 3.0 ms simulated, 5.4-5.7 ms measured). Three runs of the section gave
+  17.1-22.6 us per episode and 0.53-0.57 us per sample. Charged per episode object: a PPO or APPO
+  chunk's ``Workload.chunk_episodes``, a deployed learner's rebuilt episode runs, and a DQN batch's
+  items (``sample_episodes=True``: each sampled item is its own episode);
+* ``to_tensor_per_call`` = ``to_tensor_per_call_s`` (0.200 ms), ``to_tensor_per_byte`` =
+  ``to_tensor_per_byte_s`` (7.5 ps): ``NumpyToTensor`` on the built batch (CPU time), timed in the same
+  rounds as the connector (until 2026-12-06 in a tight loop of its own, 0.121 ms: a warm cache the real
+  call after the connector does not have; the reference window measured *d* at 0.17-0.19 ms);
 * ``driver_bookkeeping`` = ``driver_bookkeeping_s`` (0.672 ms): ``MetricsLogger.aggregate`` of one
   real ``SingleAgentEnvRunner``'s ``get_metrics()`` (CPU time), the driver's work per EnvRunner result.
 * ``learner_results_per_call`` = ``learner_results_per_call_s`` (0.55 ms) and ``learner_results_per_result`` =
@@ -124,6 +135,7 @@ STOCK_SOURCES: dict[str, tuple[str, str]] = {
     "buffer_sample_per_call": ("buffer_sample_s", "less 32 x buffer_sample_per_item_s"),
     "connector_per_call": ("connector_per_call_s", "as measured"),
     "connector_per_sample": ("connector_per_sample_s", "as measured"),
+    "connector_per_episode": ("connector_per_episode_s", "as measured"),
     "connector_per_byte": ("connector_per_byte_s", "as measured"),
     "to_tensor_per_call": ("to_tensor_per_call_s", "as measured"),
     "to_tensor_per_byte": ("to_tensor_per_byte_s", "as measured"),
@@ -154,11 +166,12 @@ class StockCosts:
     get_per_object: float = 0.2852e-3
     deserialize_bandwidth: float = math.inf
     driver_bookkeeping: float = 0.6720e-3
-    connector_per_call: float = 0.1128e-3
-    connector_per_sample: float = 2.006e-6
-    connector_per_byte: float = 0.1953e-9
-    to_tensor_per_call: float = 0.1207e-3
-    to_tensor_per_byte: float = 0.3517e-12
+    connector_per_call: float = 0.08201e-3
+    connector_per_sample: float = 0.5423e-6
+    connector_per_episode: float = 20.34e-6
+    connector_per_byte: float = 0.09472e-9
+    to_tensor_per_call: float = 0.1996e-3
+    to_tensor_per_byte: float = 7.456e-12
     buffer_add_per_call: float = 0.6124e-3
     buffer_add_per_step: float = 2.923e-6
     buffer_sample_per_call: float = 0.5082e-3
@@ -211,8 +224,11 @@ class StockCosts:
         """DQN's driver after one ``LearnerGroup.update`` that returned ``results`` learner results."""
         return self.learner_results_per_call + results * self.learner_results_per_result
 
-    def connector(self, samples: float, nbytes: float, calls: int = 1) -> float:
-        return calls * self.connector_per_call + samples * self.connector_per_sample + nbytes * self.connector_per_byte
+    def connector(self, samples: float, episodes: float, nbytes: float) -> float:
+        """RLlib's learner connector over one batch of ``samples`` timesteps in ``episodes`` episode objects
+        (every piece of the pipeline visits each episode in Python) holding ``nbytes`` of observations."""
+        return (self.connector_per_call + samples * self.connector_per_sample + episodes * self.connector_per_episode
+                + nbytes * self.connector_per_byte)
 
     def to_tensor(self, nbytes: float) -> float:
         return self.to_tensor_per_call + nbytes * self.to_tensor_per_byte

@@ -66,6 +66,10 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
     "update_time_per_sample": ("s per sample per epoch", "learner compute for one sample in one epoch, on its device"),
     "update_overhead": ("s per update", "fixed learner cost per update"),
     "value_pass_per_sample": ("s per sample", "PPO's GAE value pass (GRPO's reference log-prob pass) per sample"),
+    "streamed_gae_per_sample": ("s per sample", ("the part of `value_pass_per_sample` that is not the value "
+                                "forward pass (GAE's bootstrap rows, advantages, value targets): what Conduit's "
+                                "streamed GAE still runs at update start, after streaming the forward pass; 0: "
+                                "all of the pass streams")),
     "epochs": ("passes", "passes over the train batch per update (PPO)"),
     "train_batch_per_learner": ("samples per learner", ("PPO: samples each learner trains on per update; "
                                 "at least one chunk")),
