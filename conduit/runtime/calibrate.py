@@ -1616,7 +1616,7 @@ def measure_learner(name: str, algo: str, config, quick: bool = False,
     ``team``: also ``torch_team:<name>`` (:func:`measure_torch_team`) on the update closest to the
     config's batch, with the torch threads in force (a local learner's: :func:`measure_local_learner`).
 
-    ``update_only``: the update primitives alone (``learner_update``, and PPO's ``learner_update_call`` and
+    ``update_only``: the update primitives alone (``learner_update``, and PPO's ``learner_update_call``,
     ``gae_connector`` and ``gae_streamed``, which one timed round measures together), the same sweeps as a full measurement: what a
     validation run re-times just before it starts (``studies/validation.py: recheck_primitives``)."""
     from ray.rllib.core.learner.training_data import TrainingData
@@ -2027,7 +2027,8 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
     gae_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
     streamed_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
 
-    def one_round(n: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    def one_round(n: int) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
+        """(GAE piece, StreamedGAE, update call), each (CPU, wall) seconds, on fresh episodes of ``n`` steps."""
         episodes = runner.sample(num_timesteps=n, random_actions=False)
         gae_clock.clear()
         built = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
