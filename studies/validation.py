@@ -258,9 +258,11 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
             fields.update(update_time_per_sample=float(call["per_item"]), update_overhead=float(call["latency"]))
         else:  # an older calibration: per-minibatch calls only
             fields.update(update_overhead=int(cfg.num_epochs) * math.ceil(batch / minibatch) * float(update["latency"]))
+        gae, rest = gae_per_sample(prims, batch), advantage_per_sample(prims, batch, name)
+        # the GAE piece as measured, split where the runtime splits it: the forward pass (streamed under
+        # enable()) and the rest (StreamedGAE at update start); stock runs both, one after the other
         fields.update(train_batch_per_learner=batch, epochs=int(cfg.num_epochs),
-                      value_pass_per_sample=gae_per_sample(prims, batch),
-                      streamed_gae_per_sample=streamed_gae_per_sample(prims, batch, name))
+                      value_pass_per_sample=gae - rest, advantage_per_sample=rest)
     elif algo == "appo":
         fields.update(train_batch_per_learner=batch, chunks_per_batch=max(1, math.ceil(batch / (fragment * envs))),
                       max_reuse=int(cfg.circular_buffer_iterations_per_batch),
@@ -365,14 +367,15 @@ def gae_per_sample(prims: Mapping[str, Any], batch: int) -> float:
     return float(entry["per_item"]) + float(entry["latency"]) / max(1, batch)
 
 
-def streamed_gae_per_sample(prims: Mapping[str, Any], batch: int, name: str) -> float:
-    """What Conduit's ``StreamedGAE`` still runs at update start, per sample at the train batch: the
-    ``gae_streamed`` primitive (the GAE piece less the ``compute_values`` calls inside it, timed in the same
-    call, :func:`conduit.runtime.calibrate._ppo_learner_iteration`), the local learner's twin where
-    :func:`gae_per_sample` reads the local GAE piece and the twin is admitted too (else the one-thread figure:
-    the part left is numpy over scalars, little of it torch); capped at the whole piece's figure. A calibration that
-    timed the GAE piece without it is refused (the simulator would stream all of GAE, which the runtime does
-    not); one from before the GAE piece was timed (``value_pass`` only) streams the whole pass."""
+def advantage_per_sample(prims: Mapping[str, Any], batch: int, name: str) -> float:
+    """GAE's work besides the value forward pass, per sample at the train batch (``Workload.advantage_per_sample``:
+    what Conduit's ``StreamedGAE`` still runs at update start): the ``gae_streamed`` primitive (the runtime's
+    ``StreamedGAE`` on each timed GAE call's input, with its values: :func:`conduit.runtime.calibrate._ppo_learner_iteration`),
+    the local learner's twin where :func:`gae_per_sample` reads the local GAE piece and the twin is admitted too
+    (else the one-thread figure: numpy over scalars, little of it torch); capped at the whole piece's figure (the
+    forward pass, ``value_pass_per_sample``, is the piece less this). A calibration that timed the GAE piece without
+    it is refused (the simulator would stream all of GAE, which the runtime does not); one from before the GAE piece
+    was timed (``value_pass`` only) has no rest: its pass is the forward pass alone."""
     if prims.get("gae_connector_local") is None and prims.get("gae_connector") is None:
         return 0.0
     local = prims.get("gae_connector_local") is not None and prims.get("gae_streamed_local") is not None

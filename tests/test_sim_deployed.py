@@ -447,38 +447,26 @@ def test_deployed_dqn_reads_each_empty_reply_after_the_last_with_the_metrics_onc
 
 
 @SETTINGS
-@given(share=st.floats(0.0, 1.0))
-def test_streamed_gae_leaves_the_rest_of_gae_for_update_start(share):
-    """``values.py``: the ``ValueStream`` runs only the value forward pass while the runners sample; ``StreamedGAE``
-    runs the rest of RLlib's GAE piece (bootstrap rows, advantages, value targets) over the whole batch at update
-    start, on the learner's thread. Moving ``streamed_gae_per_sample`` of the pass from the stream to update start
-    conserves the work (the device's busy time falls by exactly that much, the learner's thread takes it) and
-    adds at most that much to each update's exposed latency (the stream's last pieces end a little sooner)."""
+@given(rest=st.floats(0.0, 40e-6), policy=st.sampled_from(["conduit", "rllib-stock"]))
+def test_gae_after_its_forward_pass_runs_where_each_side_runs_it(rest, policy):
+    """RLlib's GAE piece is the value forward pass (``value_pass_per_sample``, on the learner's device) and then the
+    bootstrap rows, value targets and advantages (``advantage_per_sample``, numpy on the learner's CPU thread).
+    Stock runs both after sampling; under ``enable()`` the ``ValueStream`` runs only the forward pass while the
+    runners sample and ``StreamedGAE`` the rest over the whole batch at update start (``values.py``). Either way
+    the rest leaves the device's busy time alone and, with a core per process, adds exactly its time to each
+    update's exposed latency."""
     topo = tiny(gpus=1)
     over = {"local_learner": False, "learners": 1, "env_runners": 2, "value_pass_per_sample": 40e-6}
-    streamed = share * 40e-6
-    whole, part = (Simulation(topo, load_workload({"base": "ppo", **over, "streamed_gae_per_sample": s}),
-                              create_policy("conduit"), iterations=2) for s in (0.0, streamed))
-    assert whole.run().audit.violations == 0 and part.run().audit.violations == 0
-    lr = part.layout.learners[0]
-    samples = sum(u.samples for u in part.rec.updates)
-    assert (whole.compute[lr.device].busy_seconds - part.compute[lr.device].busy_seconds
-            == pytest.approx(samples * streamed, rel=1e-9, abs=1e-12))
-    w = part.workload
+    none, some = (Simulation(topo, load_workload({"base": "ppo", **over, "advantage_per_sample": a}),
+                             create_policy(policy), iterations=2) for a in (0.0, rest))
+    assert none.run().audit.violations == 0 and some.run().audit.violations == 0
+    lr = some.layout.learners[0]
+    assert some.compute[lr.device].busy_seconds == pytest.approx(none.compute[lr.device].busy_seconds, rel=1e-12)
     for k in (0, 1):  # each update's exposed latency (its batch ready after its last chunk sampled)
-        delay = (max(u.exposed for u in part.rec.updates if u.update == k)
-                 - max(u.exposed for u in whole.rec.updates if u.update == k))
-        rest = sum(u.samples for u in part.rec.updates if u.update == k) * streamed
-        assert rest - 2 * w.chunk_steps * streamed - 1e-9 <= delay <= rest + 1e-9
-
-
-def test_streamed_gae_is_part_of_the_gae_pass():
-    from conduit.sim.workload import WorkloadError
-
-    with pytest.raises(WorkloadError, match="streamed_gae_per_sample"):
-        load_workload({"base": "ppo", "value_pass_per_sample": 1e-6, "streamed_gae_per_sample": 2e-6})
-    assert load_workload({"base": "ppo", "value_pass_per_sample": 1e-6,
-                          "streamed_gae_per_sample": 1e-6}).streamed_gae_per_sample == 1e-6
+        delay = (max(u.exposed for u in some.rec.updates if u.update == k)
+                 - max(u.exposed for u in none.rec.updates if u.update == k))
+        samples = max(u.samples for u in some.rec.updates if u.update == k)
+        assert delay == pytest.approx(samples * rest, rel=1e-6, abs=1e-9)
 
 
 @settings(max_examples=25, deadline=None)

@@ -476,10 +476,11 @@ def test_ppo_gae_is_the_connector_piece_at_the_train_batch_when_measured(batch, 
        local_share=st.floats(0.0, 1.0), local=st.booleans())
 def test_ppo_streamed_gae_is_its_measured_piece_at_the_train_batch(batch, per_sample, per_call, share,
                                                                   local_share, local):
-    """``gae_streamed`` (the runtime's ``StreamedGAE`` timed on the GAE piece's inputs) is what the deployed model
-    leaves for update start, per sample at the train batch, the local twin where the local GAE piece is read and
-    the twin was admitted, capped at the whole piece; a calibration that timed the GAE piece without it is
-    refused with the command that adds it (no silent fallback to streaming all of GAE)."""
+    """``gae_streamed`` (the runtime's ``StreamedGAE`` timed on the GAE piece's inputs) is the piece's work besides
+    the forward pass (``advantage_per_sample``: what the deployed model leaves for update start), per sample at the
+    train batch, the local twin where the local GAE piece is read and the twin was admitted, capped at the whole
+    piece; the forward pass is the rest of the piece. A calibration that timed the GAE piece without it is refused
+    with the command that adds it (no silent fallback to streaming all of GAE)."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
     cfg = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
@@ -494,12 +495,14 @@ def test_ppo_streamed_gae_is_its_measured_piece_at_the_train_batch(batch, per_sa
     wl = val.sim_workload("w", "ppo", cfg, prims, STOCK)
     whole = per_sample * batch + per_call
     want = local_share * per_sample * batch if local else min(share, 1.0) * whole
-    assert wl.streamed_gae_per_sample * batch == pytest.approx(want, rel=1e-9, abs=1e-15)
-    assert wl.streamed_gae_per_sample <= wl.value_pass_per_sample
+    assert wl.advantage_per_sample * batch == pytest.approx(want, rel=1e-9, abs=1e-15)
+    # the piece split where the runtime splits it: the forward pass and the rest add up to the whole piece
+    assert (wl.value_pass_per_sample + wl.advantage_per_sample) * batch == pytest.approx(whole, rel=1e-9, abs=1e-15)
+    assert wl.value_pass_per_sample >= 0
     with pytest.raises(SystemExit, match="--add-learner-primitives --only gae_streamed"):
         val.sim_workload("w", "ppo", cfg, {**base, "gae_connector": gae}, STOCK)
-    # a calibration from before the GAE piece was timed: its value pass alone, all of it streamed
-    assert val.sim_workload("w", "ppo", cfg, base, STOCK).streamed_gae_per_sample == 0.0
+    # a calibration from before the GAE piece was timed: its value pass alone, no rest
+    assert val.sim_workload("w", "ppo", cfg, base, STOCK).advantage_per_sample == 0.0
 
 
 @settings(max_examples=20, deadline=None)

@@ -61,6 +61,20 @@ class CoreUse:
         yield from self.on_cores(node, seconds)
         self.compute[lr.device].busy_seconds += seconds
 
+    def gae_pass(self, lr: LearnerRole, samples: float) -> Generator:
+        """RLlib's ``GeneralAdvantageEstimation`` piece over ``samples`` as stock runs it: the value forward pass
+        on the learner's device (:meth:`value_pass`, ``value_pass_per_sample``), then the bootstrap rows, value
+        targets and advantages (``advantage_per_sample``): numpy on the learner's CPU thread (a local learner's:
+        the driver's)."""
+        w = self.workload
+        yield from self.value_pass(lr, samples * w.value_pass_per_sample)
+        if w.advantage_per_sample > 0:
+            seconds = samples * w.advantage_per_sample
+            if w.local_learner:
+                yield from self.on_driver(seconds)
+            else:
+                yield from self.cpu(lr.node, seconds)
+
     def crowded_cpu_learner_node(self, lr: LearnerRole) -> str | None:
         """The node whose cores a CPU learner's compute takes (its own, or the driver's for a local learner)
         when that node is crowded; None when the compute runs on the learner's engine (a GPU, or a node with a

@@ -425,8 +425,8 @@ class DeployedRoute:
 
     def deployed_value_stream(self, lr: LearnerRole, state: Any) -> Generator:
         """``values.py: ValueStream``: peek what has landed (one call for all of it), copy it into the
-        learner's batch, run the value forward pass on it (``value_pass_per_sample`` less the
-        ``streamed_gae_per_sample`` left for update start); until every chunk of the learner's batch is done."""
+        learner's batch, run the value forward pass on it (``value_pass_per_sample``; the rest of GAE,
+        ``advantage_per_sample``, waits for update start); until every chunk of the learner's batch is done."""
         w = self.workload
         done = 0
         expected = state.expected[lr.id]
@@ -440,15 +440,14 @@ class DeployedRoute:
             yield from self.deployed_deliver(lr, nbytes, kind="peek", then=nbytes / self.plane.pack_bandwidth)
             yield from self.copy_to_device(lr, nbytes, pinned=False)  # compute_values' forward pass input
             # the forward pass only: the rest of GAE runs at update start (deployed_ppo_learner_batch)
-            yield from self.value_pass(lr, len(cids) * w.chunk_steps * (w.value_pass_per_sample
-                                                                         - w.streamed_gae_per_sample))
+            yield from self.value_pass(lr, len(cids) * w.chunk_steps * w.value_pass_per_sample)
             done += len(cids)
 
     def deployed_ppo_learner_batch(self, lr: LearnerRole, state: Any) -> Generator:
         """Update *k* on one learner: the driver's call arrives and the stream has evaluated every
         chunk; ``next_batch(from_row=...)`` (a round trip, no rows left to ship), then the learner
         connector over the whole batch, to-tensor and the pageable copy, then the rest of GAE
-        (``Workload.streamed_gae_per_sample``: the stream ran only the forward pass)."""
+        (``Workload.advantage_per_sample``: the stream ran only the forward pass)."""
         w = self.workload
         self.view.learner_waiting(lr)
         stream = self.env.process(self.deployed_value_stream(lr, state))
@@ -461,8 +460,8 @@ class DeployedRoute:
         # StreamedGAE (values.py), after NumpyToTensor as RLlib's GAE piece: the bootstrap rows, advantages and
         # value targets over the whole batch (numpy on the learner's thread), the streamed values in place of
         # the forward pass
-        if w.streamed_gae_per_sample > 0:
-            yield from self.on_learner(lr, len(cids) * w.chunk_steps * w.streamed_gae_per_sample)
+        if w.advantage_per_sample > 0:
+            yield from self.on_learner(lr, len(cids) * w.chunk_steps * w.advantage_per_sample)
         for cid in cids:
             self.rec.chunks[cid].t_ready = self.env.now
         state.batch_ready_at[lr.id] = self.env.now

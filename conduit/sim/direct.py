@@ -54,8 +54,8 @@ class DirectRoute:
             return
         if tier != learner.device_tier and self.workload.algorithm != "dqn":  # replay samples in place
             yield from self.scheduled_move(learner, [c.id for c, _ in group], nbytes, state)
-        if w.value_pass_per_sample > 0:
-            yield from self.value_pass(learner, samples * w.value_pass_per_sample)
+        if w.value_pass_per_sample > 0 or w.advantage_per_sample > 0:
+            yield from self.gae_pass(learner, samples)
         for chunk, trace in group:
             trace.t_ready = self.env.now
         if state is not None:

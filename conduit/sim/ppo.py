@@ -267,7 +267,7 @@ class PpoLoop:
             if not self.move_now(cid, lr.device_tier):
                 yield from self.move_to(cid, lr.device_tier)
         t_gae = self.env.now
-        yield from self.value_pass(lr, samples * w.value_pass_per_sample)
+        yield from self.gae_pass(lr, samples)
         if observed:
             self.rec.span(k, "c", t_c, t_d)
             self.rec.span(k, "d", t_d, t_gae)
@@ -288,7 +288,7 @@ class PpoLoop:
             yield state.all_arrived_host[lr.id]
             cids = state.assigned[lr.id]
             yield from self._build_batch_on_learner(lr, cids)
-            yield from self.value_pass(lr, len(cids) * self.workload.chunk_steps * self.workload.value_pass_per_sample)
+            yield from self.gae_pass(lr, len(cids) * self.workload.chunk_steps)
             for cid in cids:
                 self.rec.chunks[cid].t_ready = self.env.now
             state.chunks_ready(lr, len(cids))

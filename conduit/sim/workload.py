@@ -91,7 +91,7 @@ class Workload:
     update_time_per_sample: float = 20e-6
     update_overhead: float = 0.0
     value_pass_per_sample: float = 0.0
-    streamed_gae_per_sample: float = 0.0
+    advantage_per_sample: float = 0.0
     epochs: int = 1
     train_batch_per_learner: int = 4096
     weight_sync_time: float = 5e-3
@@ -179,11 +179,6 @@ class Workload:
             raise WorkloadError(source, "learner_threads",
                                 f"{self.learner_threads} torch threads need a local learner (local_learner: true): "
                                 f"Ray runs remote learners with OMP_NUM_THREADS=1")
-        if self.streamed_gae_per_sample > self.value_pass_per_sample:
-            raise WorkloadError(source, "streamed_gae_per_sample",
-                                f"{shown(self.streamed_gae_per_sample)} exceeds value_pass_per_sample "
-                                f"({shown(self.value_pass_per_sample)}): it is the part of that GAE pass left "
-                                f"once its value forward pass was streamed")
         if self.learner_thread_share > 1:
             raise WorkloadError(source, "learner_thread_share",
                                 f"must be <= 1 (a thread's share of an update's wall time), got {shown(self.learner_thread_share)}")
@@ -220,7 +215,7 @@ _MAY_BE_ZERO = {
     "inference_time",
     "runner_call_overhead",
     "value_pass_per_sample",
-    "streamed_gae_per_sample",
+    "advantage_per_sample",
     "weight_sync_time",
     "weight_set_time",
     "update_overhead",
@@ -238,7 +233,7 @@ _TIME_FIELDS = {
     "update_time_per_sample",
     "update_overhead",
     "value_pass_per_sample",
-    "streamed_gae_per_sample",
+    "advantage_per_sample",
     "weight_sync_time",
     "weight_set_time",
 }
@@ -257,14 +252,15 @@ def _atari(name: str, algorithm: str, **kw: Any) -> Workload:
 #: connector (``frame_stack=4``: RLlib's ``FrameStackingLearner``, as ``tuned_examples/ppo/atari_ppo.py``
 #: and ``tuned_examples/dqn/benchmark_dqn_atari.py`` in ray-project/ray do).
 ATARI_FRAME_BYTES = 84 * 84 + 4 + 4 + 4 + 4 + 1  # one uint8 frame + action, reward, logp, value, done
-#: What Conduit's ``StreamedGAE`` still runs at update start per sample (``streamed_gae_per_sample``): GAE's
-#: bootstrap rows, advantages and value targets, numpy over per-step scalars on the learner's CPU thread, so
-#: independent of the observation. Measured, not estimated: ``gae_streamed:ppo-largeobs`` of
+#: GAE's work besides the value forward pass, per sample (``advantage_per_sample``): the bootstrap rows, value
+#: targets, advantages and their tensors, numpy over per-step scalars on the learner's CPU thread, so independent
+#: of the observation; stock runs it right after the forward pass, Conduit's ``StreamedGAE`` at update start.
+#: Measured, not estimated (the runtime's ``StreamedGAE``, which is exactly this work): ``gae_streamed:ppo-largeobs`` of
 #: ``results/validation/calibration.json`` (``studies/validation.py --add-learner-primitives --only gae_streamed``,
 #: 2026-12-06 22:4x, one thread: 0.621 us per sample, no per-call part, over 500..2,000 samples of 84x84x4 uint8
 #: observations; CartPole's in the same run: 0.247 us + 0.578 ms per call, 0.39 us per sample at 4,000). On a
 #: ``cpu_speed`` 1.0 core, as every CPU cost of the model.
-STREAMED_GAE_PER_SAMPLE = 0.621e-6
+ADVANTAGE_PER_SAMPLE = 0.621e-6
 PRESETS: dict[str, Workload] = {
     # RLlib's Atari PPO recipe per learner GPU: 10 env runners x 5 envs (tuned_examples/ppo/atari-ppo.yaml:
     # num_env_runners 10, num_envs_per_env_runner 5, num_gpus 1); train_batch_size_per_learner 4000 and
@@ -284,7 +280,7 @@ PRESETS: dict[str, Workload] = {
         episode_length=1000,
         update_time_per_sample=20e-6,
         value_pass_per_sample=7e-6,
-        streamed_gae_per_sample=STREAMED_GAE_PER_SAMPLE,
+        advantage_per_sample=ADVANTAGE_PER_SAMPLE,
         epochs=10,
         weight_sync_time=10e-3,
     ),
@@ -352,7 +348,7 @@ PRESETS: dict[str, Workload] = {
         train_batch_per_learner=4096,
         update_time_per_sample=4e-6,
         value_pass_per_sample=1e-6,
-        streamed_gae_per_sample=STREAMED_GAE_PER_SAMPLE,
+        advantage_per_sample=ADVANTAGE_PER_SAMPLE,
         epochs=10,
         weight_sync_time=2e-3,
     ),
@@ -375,7 +371,7 @@ PRESETS: dict[str, Workload] = {
         steps_per_row=8192,
         train_batch_per_learner=128 * 8192,
         update_time_per_sample=2e-6,
-        value_pass_per_sample=0.7e-6,  # the reference log-prob pass; streamed_gae_per_sample stays 0: GRPO's
+        value_pass_per_sample=0.7e-6,  # the reference log-prob pass; advantage_per_sample stays 0: GRPO's
         epochs=1,                      # advantages are one normalisation per group of sequences, no per-token GAE
         weight_sync_time=0.5,
     ),

@@ -50,7 +50,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("runner_call_overhead", 10.0, None, "seconds per fragment"),
     Bound("update_time_per_sample", 0.1, None, "seconds per sample per epoch"),
     Bound("value_pass_per_sample", 0.1, None, "seconds per sample"),
-    Bound("streamed_gae_per_sample", 0.1, None, "seconds per sample"),
+    Bound("advantage_per_sample", 0.1, None, "seconds per sample"),
     Bound("update_overhead", 60.0, None, "seconds per update"),
     Bound("weight_sync_time", 600.0, None, "seconds per broadcast"),
     Bound("weight_set_time", 600.0, None, "seconds per broadcast"),
@@ -63,7 +63,7 @@ _warned: set[tuple[str, float]] = set()
 
 
 _TIMES = {"env_step_time", "inference_time", "runner_call_overhead", "update_time_per_sample",
-          "value_pass_per_sample", "streamed_gae_per_sample", "update_overhead", "weight_sync_time",
+          "value_pass_per_sample", "advantage_per_sample", "update_overhead", "weight_sync_time",
           "weight_set_time"}
 
 

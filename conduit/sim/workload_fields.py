@@ -65,11 +65,11 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
     "learner_thread_share": ("ratio", "share of an update's wall time each extra torch thread is on a CPU"),
     "update_time_per_sample": ("s per sample per epoch", "learner compute for one sample in one epoch, on its device"),
     "update_overhead": ("s per update", "fixed learner cost per update"),
-    "value_pass_per_sample": ("s per sample", "PPO's GAE value pass (GRPO's reference log-prob pass) per sample"),
-    "streamed_gae_per_sample": ("s per sample", ("the part of `value_pass_per_sample` that is not the value "
-                                "forward pass (GAE's bootstrap rows, advantages, value targets): what Conduit's "
-                                "streamed GAE still runs at update start, after streaming the forward pass; 0: "
-                                "all of the pass streams")),
+    "value_pass_per_sample": ("s per sample", ("PPO's GAE value forward pass (GRPO's reference log-prob pass) per "
+                              "sample, on the learner's device; Conduit streams it while the runners sample")),
+    "advantage_per_sample": ("s per sample", ("the rest of PPO's GAE piece per sample (bootstrap rows, value "
+                             "targets, advantages), on the learner's CPU thread: stock right after the forward "
+                             "pass, Conduit's streamed GAE at update start")),
     "epochs": ("passes", "passes over the train batch per update (PPO)"),
     "train_batch_per_learner": ("samples per learner", ("PPO: samples each learner trains on per update; "
                                 "at least one chunk")),
