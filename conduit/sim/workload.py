@@ -14,8 +14,10 @@ A :class:`Workload` describes one algorithm's loop in the terms the simulator ex
   the learner connector (RLlib's ``FrameStackingLearner``, as its Atari recipes do): the wire and the
   plane carry ``bytes_per_step`` (one frame), the batch built on the learner ``frame_stack`` times that.
 * **Learners.** One per GPU (or ``learners`` of them). An update costs ``update_time_per_sample``
-  per sample per epoch on the learner's device; PPO's GAE value pass (or GRPO's reference log-prob
-  pass) costs ``value_pass_per_sample`` per sample; a weight broadcast costs ``weight_sync_time``.
+  per sample per epoch on the learner's device; PPO's GAE value forward pass (or GRPO's reference
+  log-prob pass) costs ``value_pass_per_sample`` per sample on that device, and the rest of GAE (bootstrap
+  rows, value targets, advantages) ``advantage_per_sample`` on the learner's CPU thread; a weight
+  broadcast costs ``weight_sync_time``.
 * **Algorithm.** ``ppo`` (synchronous, :class:`~conduit.contracts.OnPolicy`), ``appo``
   (asynchronous, :class:`~conduit.contracts.BoundedStaleness` from ``max_lag``/``max_reuse``), or
   ``dqn`` (:class:`~conduit.contracts.Replay` from ``replay_capacity``/``replay_ratio``/``min_size``).
