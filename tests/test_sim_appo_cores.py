@@ -128,3 +128,30 @@ def test_the_poll_stops_while_the_thread_trains_and_never_breaks_the_contract(po
     pool = sim.cpus[expected]
     assert pool.poll_cost == cost
     assert pool._pollers == sum(not sim._learner_training[lr] for lr in sim._polling_node) == len(sim._polling_node)
+
+
+@settings(max_examples=20, deadline=None)
+@given(poll=st.floats(0.0, 1.0), driver=st.floats(0.0, 1.0), cores=st.integers(1, 2), local=st.booleans())
+def test_background_loops_that_would_fill_the_node_get_a_fair_share(poll, driver, cores, local):
+    """The driver's loop and the idle learner threads' polls take their measured share of a core first while together
+    they want fewer than the node's cores; when they would want every core, each gets at most the kernel's fair share
+    (cores / the node's runnable threads), so the node's other threads always keep some (a run with the urgent rule
+    alone could never end: a fresh-clone run hung on a local learner's poll of 0.6 beside the driver's 0.85 on one
+    core)."""
+    wl = load_workload({"base": "appo", **({"local_learner": True} if local else {})})
+    stock = replace(StockCosts(), learner_poll_cores=poll, driver_poll_cores=driver)
+    sim = Simulation(topology_from_dict(tiny_topology_dict(gpus=0, cores=cores)), wl, create_policy("rllib-stock"),
+                     iterations=4, stock=stock)
+    result = sim.run()  # ends
+    assert result.audit.violations == 0
+    duties = sim._background_duty
+    threads = sim.threads_per_node()
+    for node in {sim._polling_node.get(k, sim.layout.driver_node) for k in duties}:
+        keys = [k for k in duties if (sim.layout.driver_node if k == "driver" else sim._polling_node[k]) == node]
+        asked = sum(driver if k == "driver" else poll for k in keys)
+        total = sum(duties[k] for k in keys)
+        if asked < sim.cpus[node].cores:
+            assert total == pytest.approx(asked)  # as measured
+        else:
+            fair = sim.cpus[node].cores / (threads[node] + sum(k != "driver" for k in keys))
+            assert all(duties[k] <= fair + 1e-12 for k in keys) and total < sim.cpus[node].cores

@@ -66,20 +66,25 @@ class AppoLoop:
                 self.env.process(self.deployed_appo_learner_main(lr, queues[lr.id]))
         for r in self.layout.runners:
             self.env.process(runner_loop(r, queues))
-        if self.crowded[self.layout.driver_node]:
-            self.cpus[self.layout.driver_node].enable_preemption()  # the driver's work is urgent there
-            self.env.process(self.appo_driver_spin())
         self._learner_training = dict.fromkeys((lr.id for lr in learners), False)
         self._polling_node: dict[str, str] = {}  # learner -> the crowded node its idle thread polls on
         for lr in learners:
             node = self.layout.driver_node if w.local_learner else lr.node
             if self.crowded[node] and self.stock.learner_poll_cores > 0:
-                pool = self.cpus[node]
-                pool.enable_preemption()  # (once per pool) the poll's wakes are urgent
-                pool.poll_cost = self.stock.poll_neighbour_cost
-                pool.polling(True)
                 self._polling_node[lr.id] = node
-                self.env.process(self.appo_learner_poll(lr, node))
+        self._background_duty = self.background_duties()
+        if self.crowded[self.layout.driver_node]:
+            self.cpus[self.layout.driver_node].enable_preemption()  # the driver's work is urgent there
+            self.env.process(self.appo_driver_spin())
+        for lr in learners:
+            node = self._polling_node.get(lr.id)
+            if node is None:
+                continue
+            pool = self.cpus[node]
+            pool.enable_preemption()  # (once per pool) the poll's wakes are urgent
+            pool.poll_cost = self.stock.poll_neighbour_cost
+            pool.polling(True)
+            self.env.process(self.appo_learner_poll(lr, node))
         t_free = {lr.id: 0.0 for lr in learners}
         reuse: dict[str, deque] = {lr.id: deque() for lr in learners}
         uses: dict[int, int] = {}
@@ -135,7 +140,7 @@ class AppoLoop:
         that never comes) still ends and is reported as stalled."""
         node = self.layout.driver_node
         pool = self.cpus[node]
-        duty = min(1.0, max(0.0, self.stock.driver_poll_cores))
+        duty = self._background_duty["driver"]  # (background_duties: capped at a fair share on a saturated node)
         while not self._stop:
             if not pool.wanted and not self.driver_thread.busy:  # nobody else wants a core: nothing to take from
                 yield pool.work_arrives()
@@ -145,6 +150,32 @@ class AppoLoop:
                 yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=True, background=True)
                 if duty < 1.0:
                     yield self.env.timeout((1.0 - duty) * SAMPLING_QUANTUM)
+
+    def background_duties(self) -> dict[str, float]:
+        """The share of a core each background loop takes (``driver``: the driver's loop on its crowded node;
+        a learner's id: its idle thread's poll). As measured (``StockCosts.driver_poll_cores``,
+        ``learner_poll_cores``) while a node's loops together want fewer than its cores: then a waking
+        thread gets a core at once (wake-up preemption) and the model gives it its quanta first. When they
+        would want every core, waking first cannot hold: the kernel's fair scheduler gives each runnable
+        thread of the node at most ``cores / threads`` (its threads, plus each polling learner thread), so
+        each loop is capped there and the node's other threads keep running (with the urgent rule alone
+        their staggered quanta could cover every core, and the run never ended)."""
+        wants: dict[str, list[tuple[str, float]]] = {}
+        if self.crowded[self.layout.driver_node]:
+            wants.setdefault(self.layout.driver_node, []).append(
+                ("driver", min(1.0, max(0.0, self.stock.driver_poll_cores))))
+        for lr_id, node in self._polling_node.items():
+            wants.setdefault(node, []).append((lr_id, min(1.0, self.stock.learner_poll_cores)))
+        threads = self.threads_per_node()
+        duties: dict[str, float] = {}
+        for node, loops in wants.items():
+            cores = self.cpus[node].cores
+            cap = 1.0
+            if sum(d for _, d in loops) >= cores:
+                pollers = sum(1 for key, _ in loops if key != "driver")
+                cap = cores / (threads[node] + pollers)
+            duties.update({key: min(d, cap) for key, d in loops})
+        return duties
 
     def _learner_threads_train(self, learners: list[LearnerRole], training: bool) -> None:
         """The learners' threads start (stop) training: their buffers' polls stop (start again)."""
@@ -168,7 +199,7 @@ class AppoLoop:
         simulator's ``appo`` loop is APPO's, with its default circular buffer. Both sides poll alike: under
         ``enable()`` the learner is RLlib's own, its thread fed through the same buffer."""
         pool = self.cpus[node]
-        duty = min(1.0, self.stock.learner_poll_cores)
+        duty = self._background_duty[lr.id]  # (background_duties: capped at a fair share on a saturated node)
         while not self._stop:
             if self._learner_training[lr.id]:
                 yield self.env.timeout(SAMPLING_QUANTUM)

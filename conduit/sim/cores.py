@@ -32,6 +32,12 @@ class CoreUse:
                                   w.learner_thread_share, w.learner_spin_s, SAMPLING_QUANTUM)
 
     def _crowded_nodes(self) -> dict[str, bool]:
+        threads = self.threads_per_node()
+        return {node: threads[node] > self.cpus[node].cores for node in self.cpus}
+
+    def threads_per_node(self) -> dict[str, int]:
+        """The threads that want a core of each node: runners, remote learners, plane actors (deployed), the
+        driver and a local learner's extra torch threads."""
         w = self.workload
         threads = {node: 0 for node in self.cpus}
         for r in self.layout.runners:
@@ -45,7 +51,7 @@ class CoreUse:
         threads[self.layout.driver_node] += 1
         if w.local_learner:
             threads[self.layout.driver_node] += w.learner_threads - 1  # its extra torch threads
-        return {node: threads[node] > self.cpus[node].cores for node in self.cpus}
+        return threads
 
     def value_pass(self, lr: LearnerRole, seconds: float) -> Generator:
         """The value function's forward pass for GAE (``compute_values``; under ``enable()`` the
