@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_sim import tiny_topology_dict
 
@@ -132,6 +132,8 @@ def test_the_poll_stops_while_the_thread_trains_and_never_breaks_the_contract(po
 
 @settings(max_examples=20, deadline=None)
 @given(poll=st.floats(0.0, 1.0), driver=st.floats(0.0, 1.0), cores=st.integers(1, 2), local=st.booleans())
+@example(poll=0.6, driver=0.85, cores=1, local=True)  # the case that hung: the capped branch
+@example(poll=0.151, driver=0.5, cores=2, local=False)  # well below the line: as measured
 def test_background_loops_that_would_fill_the_node_get_a_fair_share(poll, driver, cores, local):
     """The driver's loop and the idle learner threads' polls take their measured share of a core first while together
     they want fewer than the node's cores; when they would want every core, each gets at most the kernel's fair share

@@ -75,11 +75,15 @@ class CoreUse:
         w = self.workload
         yield from self.value_pass(lr, samples * w.value_pass_per_sample)
         if w.advantage_per_sample > 0:
-            seconds = samples * w.advantage_per_sample
-            if w.local_learner:
-                yield from self.on_driver(seconds)
-            else:
-                yield from self.cpu(lr.node, seconds)
+            yield from self.learner_cpu(lr, samples * w.advantage_per_sample)
+
+    def learner_cpu(self, lr: LearnerRole, seconds: float) -> Generator:
+        """Python/numpy work of a stock learner process: on a core of its node, or a local learner's on the
+        driver's thread (it runs in the driver process)."""
+        if self.workload.local_learner:
+            yield from self.on_driver(seconds)
+        else:
+            yield from self.cpu(lr.node, seconds)
 
     def crowded_cpu_learner_node(self, lr: LearnerRole) -> str | None:
         """The node whose cores a CPU learner's compute takes (its own, or the driver's for a local learner)

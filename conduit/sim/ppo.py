@@ -258,10 +258,9 @@ class PpoLoop:
         t_c = self.env.now
         samples = len(cids) * w.chunk_steps
         built = nbytes * w.frame_stack  # FrameStackingLearner: the built batch holds frame_stack frames
-        work = self.on_driver if w.local_learner else (lambda seconds: self.cpu(lr.node, seconds))
-        yield from work(s.connector(samples / w.steps_per_row, len(cids) * w.chunk_episodes, built))
+        yield from self.learner_cpu(lr, s.connector(samples / w.steps_per_row, len(cids) * w.chunk_episodes, built))
         t_d = self.env.now
-        yield from work(s.to_tensor(built))
+        yield from self.learner_cpu(lr, s.to_tensor(built))
         yield from self.copy_to_device(lr, built, pinned=False)
         for cid in cids:
             if not self.move_now(cid, lr.device_tier):
