@@ -18,6 +18,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import fields, replace
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,35 @@ def test_stock_appo_splits_every_package_across_all_learners(gpus, runners, per_
     assert (packages - 1) * gpus <= sim.stock_calls["update_call"] <= packages * gpus
     trained = {t.learner for t in result.recorder.chunks.values() if not math.isnan(t.t_ready)}
     assert trained == {lr.id for lr in sim.layout.learners}
+
+
+@SETTINGS
+@given(gpus=st.integers(1, 3), per_batch=st.integers(1, 4), connector_ms=st.floats(5.0, 40.0))
+def test_a_stock_appo_learner_builds_each_update_calls_shard_once_on_its_main_thread(gpus, per_batch, connector_ms):
+    """``IMPALALearner.update`` resolves the shard's references and runs the learner connector once over the
+    whole shard, on the learner actor's main thread, one call after another: with every other cost 0, the CPU
+    the learners spend is one connector call per update call (not one per chunk), a shard's chunks are ready
+    together, and one learner's shards at least a connector call apart."""
+    zero = {f.name: 0.0 for f in fields(StockCosts)}
+    zero["serialize_bandwidth"] = zero["deserialize_bandwidth"] = math.inf
+    stock = StockCosts(**{**zero, "connector_per_call": connector_ms * 1e-3})
+    wl = {"base": "appo", "runners_per_gpu": 2, "chunks_per_batch": per_batch, "envs_per_runner": 1,
+          "fragment_length": 4, "bytes_per_step": 1, "frame_stack": 1, "env_step_cv": 0.0}
+    sim, result = run(topology(gpus=gpus, cores=64), wl, iterations=6, stock=stock)
+    calls = sim.stock_calls["update_call"]
+    built: dict[str, dict[float, int]] = {}
+    for t in result.recorder.chunks.values():
+        if not math.isnan(t.t_ready):
+            by_time = built.setdefault(t.learner, {})
+            by_time[t.t_ready] = by_time.get(t.t_ready, 0) + 1
+    shards = sum(len(v) for v in built.values())
+    assert shards <= calls and all(n == per_batch for v in built.values() for n in v.values())
+    cpu = sum(result.cpu_busy.values())
+    assert shards * connector_ms * 1e-3 <= cpu + 1e-6  # every built shard paid one connector call
+    assert cpu <= calls * connector_ms * 1e-3 * (1 + 1e-6) + 1e-6  # and no call paid more than one
+    for times in built.values():
+        ordered = sorted(times)
+        assert all(b - a >= connector_ms * 1e-3 - 1e-9 for a, b in pairwise(ordered))
 
 
 # ---------------------------------------------------------------- overlapping round trips

@@ -1048,14 +1048,20 @@ def _comment(text: str, indent: str = "", hang: str = "  ", first: str = "") -> 
 def _measure_contention(quick: bool, progress: Progress | None) -> dict[str, Any]:
     """What CPU work costs while every core is taken (:mod:`conduit.runtime.contention`), for the
     topology's ``oversubscribed_cpu_cost``; a failure is recorded (and the cost left unmeasured)."""
-    from conduit.runtime import contention
+    from conduit.runtime import contention, wakeup
 
     try:
-        return contention.measure(_named_env_runner, pairs=3 if quick else 8, window=0.15 if quick else 0.4,
-                                  progress=progress)
+        out = contention.measure(_named_env_runner, pairs=3 if quick else 8, window=0.15 if quick else 0.4,
+                                 progress=progress)
     except Exception as exc:  # noqa: BLE001 - recorded, and the topology says it was not measured
         log.warning("calibrate: contention not measured: %s: %s", type(exc).__name__, exc)
-        return {"oversubscribed_cpu_cost": None, "note": f"not measured: {type(exc).__name__}: {exc}"}
+        out = {"oversubscribed_cpu_cost": None, "note": f"not measured: {type(exc).__name__}: {exc}"}
+    try:  # how the kernel serves a thread that wakes while every core is taken (topology: wake_*)
+        out["wakeup"] = wakeup.measure(pairs=2 if quick else 8, wakes=10 if quick else 40, progress=progress)
+    except Exception as exc:  # noqa: BLE001 - recorded, and the topology says it was not measured
+        log.warning("calibrate: wake-up not measured: %s: %s", type(exc).__name__, exc)
+        out["wakeup"] = {"wake_slice_time": None, "note": f"not measured: {type(exc).__name__}: {exc}"}
+    return out
 
 
 def topology_yaml(measurements: dict[str, Measurement], name: str | None = None) -> str:
@@ -1131,6 +1137,15 @@ def topology_yaml(measurements: dict[str, Measurement], name: str | None = None)
     elif contended:
         body += _comment(f"oversubscribed_cpu_cost: {contended.get('note', 'not measured')} (default 1: none).",
                          indent="  ")
+    woken = contended.get("wakeup") or {}
+    if woken.get("wake_slice_time"):
+        cpu["wake_latency"] = _t(float(woken["wake_latency"]))
+        cpu["wake_slice_time"] = _t(float(woken["wake_slice_time"]))
+        body += _comment(f"wake_latency: {cpu['wake_latency']}, wake_slice_time: {cpu['wake_slice_time']} "
+                         f"[wakeup] ({woken.get('note', '')}).", indent="  ")
+    elif woken:
+        body += _comment(f"wake_latency, wake_slice_time: {woken.get('note', 'not measured')} (default: a woken "
+                         f"thread queues first in, first out).", indent="  ")
     body.append("  - " + _flow(cpu))
     body.append("")
 

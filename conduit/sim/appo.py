@@ -18,13 +18,15 @@ Stock RLlib 2.60, step by step (files under ``ray/rllib/``):
    (default 0 in 2.60, ``IMPALAConfig.__init__``) aggregator actors would run the learner connector
    per package instead; the simulator's learner-node CPU pool already runs that work concurrently
    with the update, so the default is modelled.
-3. The learner resolves the references (``defer_solve_refs_to_learner=True``:
-   ``TrainingData.solve_refs`` in the learner): the bytes move from the runner's node, ``ray.get``
-   reads the arrays zero-copy (segment *get*); the learner connector builds the batch (*c*, stacking
-   ``frame_stack`` frames); the GPU loader thread (``algorithms/impala/impala_learner.py:
-   _GPULoaderThread._to_device_safe``: ``batch.to_device(device, pin_memory=True)``) does to-tensor
-   and copies through pinned memory (a CPU copy into a pinned buffer, then DMA) into the learner
-   thread's ``CircularBuffer`` (*d*), which trains.
+3. Each ``update`` call runs on the learner actor's main thread, one call after another
+   (``algorithms/impala/impala_learner.py: IMPALALearner.update``): it resolves the shard's references in
+   one ``ray.get`` (``defer_solve_refs_to_learner=True``: ``TrainingData.solve_refs`` in the learner; the
+   bytes move from the runners' nodes, and the arrays are read zero-copy: segment *get*), runs the learner
+   connector once over all the shard's episodes (*c*, stacking ``frame_stack`` frames; its last piece,
+   ``NumpyToTensor``, makes the tensors) and hands the batch on (*d*): a GPU learner's loader thread
+   (``_GPULoaderThread._to_device_safe``: ``batch.to_device(device, pin_memory=True)``) copies it through
+   pinned memory (a CPU copy into a pinned buffer, then DMA), a CPU learner enqueues it at once, into the
+   learner thread's ``CircularBuffer``, which trains.
 
 The plane's route: chunks go to their learner's queue through
 :class:`~conduit.sim.direct.DirectRoute`; each update gathers fresh chunks within the lag bound and
@@ -43,6 +45,7 @@ from conduit.chunk import Chunk
 from conduit.sim.cluster import LearnerRole, RunnerRole
 from conduit.sim.cores import SAMPLING_QUANTUM
 from conduit.sim.metrics import ChunkTrace, UpdateTrace
+from conduit.sim.resources import FifoServer
 
 
 class AppoLoop:
@@ -59,6 +62,7 @@ class AppoLoop:
         self._runner_version = {r.id: 0 for r in self.layout.runners}
         self._stop = False
         self._stock_pending = 0  # stock: chunks created, not yet in a learner's queue
+        self._appo_main = {lr.id: FifoServer(self.env, 1) for lr in learners}  # stock: each learner actor's calls
         runner_loop = self.deployed_appo_runner if self.deployed else self.appo_runner
         if self.deployed:  # the plane's chunks per learner, and each learner actor's main thread
             self._appo_landed = {lr.id: _ReadyQueue(self.env) for lr in learners}
@@ -73,15 +77,13 @@ class AppoLoop:
             if self.crowded[node] and self.stock.learner_poll_cores > 0:
                 self._polling_node[lr.id] = node
         self._background_duty = self.background_duties()
-        if self.crowded[self.layout.driver_node]:
-            self.cpus[self.layout.driver_node].enable_preemption()  # the driver's work is urgent there
+        if self.crowded[self.layout.driver_node]:  # (its pool preempts: CoreUse._setup_cores)
             self.env.process(self.appo_driver_spin())
         for lr in learners:
             node = self._polling_node.get(lr.id)
             if node is None:
                 continue
-            pool = self.cpus[node]
-            pool.enable_preemption()  # (once per pool) the poll's wakes are urgent
+            pool = self.cpus[node]  # crowded: its pool preempts (CoreUse._setup_cores)
             pool.poll_cost = self.stock.poll_neighbour_cost
             pool.polling(True)
             self.env.process(self.appo_learner_poll(lr, node))
@@ -200,13 +202,14 @@ class AppoLoop:
         ``enable()`` the learner is RLlib's own, its thread fed through the same buffer."""
         pool = self.cpus[node]
         duty = self._background_duty[lr.id]  # (background_duties: capped at a fair share on a saturated node)
+        local = self.workload.local_learner
         while not self._stop:
             if self._learner_training[lr.id]:
                 yield self.env.timeout(SAMPLING_QUANTUM)
             elif not pool.wanted:  # nobody else wants a core: nothing to take from
                 yield pool.work_arrives()
-            else:
-                yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=True, background=True)
+            else:  # a local learner's thread is the driver process's; a remote one's, a woken worker's
+                yield from self.cpu(node, duty * SAMPLING_QUANTUM, urgent=local, woken=not local, background=True)
                 if duty < 1.0:
                     yield self.env.timeout((1.0 - duty) * SAMPLING_QUANTUM)
 
@@ -221,7 +224,8 @@ class AppoLoop:
         group: list[tuple[Chunk, ChunkTrace]] = []
         while not self._stop:
             # sampling holds a core of the runner's node (in quanta where the node is crowded)
-            yield from self.on_cores(runner.node, self.remote_sample_time(runner, w.fragment_length))
+            yield from self.on_cores(runner.node, self.remote_sample_time(runner, w.fragment_length),
+                                     thread=("runner", runner.id))
             if self._stop:
                 return
             if self.path.route == "driver":
@@ -264,7 +268,8 @@ class AppoLoop:
         reference; once a package holds every learner's share, step 2 shards it."""
         s, w = self.stock, self.workload
         t0 = self.env.now
-        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes))
+        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes),
+                            thread=("runner", runner.id))
         if not self.place_now(chunk.id, self.host_tier(runner.memory)):
             yield from self.place_in(chunk.id, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))  # the reply travels
@@ -290,40 +295,56 @@ class AppoLoop:
         for lr, shard in zip(learners, shards, strict=True):
             yield from self.on_driver(s.rpc_driver_cpu)
             self.stock_calls["update_call"] += 1
-            for runner, chunk in shard:
+            for _, chunk in shard:
                 self.rec.chunks[chunk.id].learner = lr.id
-                self.env.process(self.stock_appo_learner(runner, lr, chunk, queues[lr.id], t_b))
+            self.env.process(self.stock_appo_update_call(lr, shard, queues[lr.id], t_b))
 
-    def stock_appo_learner(self, runner: RunnerRole, lr: LearnerRole, chunk: Chunk, queue, t_b: float) -> Generator:
-        """Step 3: the learner resolves the reference, builds, and its GPU loader copies through
-        pinned memory into the circular buffer."""
+    def stock_appo_update_call(self, lr: LearnerRole, shard: list, queue, t_b: float) -> Generator:
+        """Step 3: one ``update`` call of the learner actor (``algorithms/impala/impala_learner.py:
+        IMPALALearner.update``), run on the actor's main thread after the calls before it (a Ray actor runs
+        its calls one at a time): ``training_data.solve_refs()`` is one ``ray.get`` of the shard's
+        references (the bytes pulled from every runner's node at once, then deserialised in turn),
+        ``_make_batch_if_necessary`` runs the learner connector once over all the shard's episodes (its last
+        piece, ``NumpyToTensor``, makes the tensors); a GPU learner's ``_GPULoaderThread`` then copies the
+        batch through pinned memory (``_to_device_safe``: a CPU copy into a pinned buffer, then DMA) into the
+        learner thread's ``CircularBuffer``, a CPU learner enqueues it there at once."""
         s, w = self.stock, self.workload
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
-        t_get = self.env.now
-        yield from self.transfer(runner.memory, lr.memory, chunk.nbytes)
-        yield from self.cpu(lr.node, s.sample_deserialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes))
-        if not self.move_now(chunk.id, lr.pageable):
-            yield from self.move_to(chunk.id, lr.pageable)
-        t_c = self.env.now
-        built = chunk.nbytes * w.frame_stack
-        yield from self.cpu(lr.node, s.connector(chunk.steps / w.steps_per_row, w.chunk_episodes, built))
-        t_d = self.env.now
-        yield from self.cpu(lr.node, s.to_tensor(built))
-        # pin_memory=True: a CPU copy into a pinned buffer on the loader thread, then DMA
-        if lr.hbm is not None:
-            yield from self.cpu(lr.node, built / self.staging_bandwidth(lr.memory))
-        yield from self.copy_to_device(lr, built, pinned=True)
-        if not self.move_now(chunk.id, lr.device_tier):
-            yield from self.move_to(chunk.id, lr.device_tier)
-        self.rec.chunks[chunk.id].t_ready = self.env.now
+        main = self._appo_main[lr.id]
+        yield main.acquire()
+        try:
+            t_get = self.env.now
+            yield simpy.AllOf(self.env, [self.env.process(self.transfer(runner.memory, lr.memory, chunk.nbytes))
+                                         for runner, chunk in shard])
+            yield from self.cpu(lr.node, sum(s.sample_deserialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes)
+                                             for _, chunk in shard), thread=main)
+            for _, chunk in shard:
+                if not self.move_now(chunk.id, lr.pageable):
+                    yield from self.move_to(chunk.id, lr.pageable)
+            t_c = self.env.now
+            built = sum(chunk.nbytes for _, chunk in shard) * w.frame_stack
+            steps = sum(chunk.steps for _, chunk in shard) / w.steps_per_row
+            yield from self.cpu(lr.node, s.connector(steps, len(shard) * w.chunk_episodes, built), thread=main)
+            t_d = self.env.now
+            yield from self.cpu(lr.node, s.to_tensor(built), thread=main)
+        finally:
+            main.release()
+        if lr.hbm is not None:  # the GPU loader thread: pinned staging, then DMA
+            yield from self.cpu(lr.node, built / self.staging_bandwidth(lr.memory), thread=("loader", lr.id))
+            yield from self.copy_to_device(lr, built, pinned=True)
+        for _, chunk in shard:
+            if not self.move_now(chunk.id, lr.device_tier):
+                yield from self.move_to(chunk.id, lr.device_tier)
+            self.rec.chunks[chunk.id].t_ready = self.env.now
         if lr.index == 0:
             k = self.version
             self.rec.span(k, "b", t_b, t_get)
             self.rec.span(k, "get", t_get, t_c)
             self.rec.span(k, "c", t_c, t_d)
             self.rec.span(k, "d", t_d, self.env.now)
-        self._stock_pending -= 1
-        queue.put(chunk.id)
+        self._stock_pending -= len(shard)
+        for _, chunk in shard:
+            queue.put(chunk.id)
 
     def drop_if_stale(self, cid: int, k: int) -> bool:
         """Drop (counted, released) a chunk the contract says is too old for update ``k`` when it is taken

@@ -10,7 +10,7 @@ OS interleaves the processes); elsewhere nobody waits for a core and work is one
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Hashable
 
 from conduit.sim.cluster import LearnerRole
 from conduit.sim.torchteam import TorchTeam
@@ -25,6 +25,9 @@ class CoreUse:
 
     def _setup_cores(self) -> None:
         self.crowded = self._crowded_nodes()
+        for node, crowded in self.crowded.items():
+            if crowded:  # the driver's process runs first, a woken worker next (CpuPool: who runs first)
+                self.cpus[node].enable_preemption()
         w = self.workload
         self.team: TorchTeam | None = None
         if w.local_learner and w.learner_threads > 1 and self.crowded[self.layout.driver_node]:
@@ -64,7 +67,7 @@ class CoreUse:
         if node is None:
             yield from self.compute[lr.device].run(seconds)
             return
-        yield from self.on_cores(node, seconds)
+        yield from self.on_cores(node, seconds, urgent=self.workload.local_learner)
         self.compute[lr.device].busy_seconds += seconds
 
     def gae_pass(self, lr: LearnerRole, samples: float) -> Generator:
@@ -83,7 +86,7 @@ class CoreUse:
         if self.workload.local_learner:
             yield from self.on_driver(seconds)
         else:
-            yield from self.cpu(lr.node, seconds)
+            yield from self.cpu(lr.node, seconds, thread=("learner", lr.id))
 
     def crowded_cpu_learner_node(self, lr: LearnerRole) -> str | None:
         """The node whose cores a CPU learner's compute takes (its own, or the driver's for a local learner)
@@ -92,10 +95,12 @@ class CoreUse:
         node = self.layout.driver_node if self.workload.local_learner else lr.node
         return node if lr.hbm is None and self.crowded[node] else None
 
-    def on_cores(self, node: str, seconds: float) -> Generator:
+    def on_cores(self, node: str, seconds: float, urgent: bool = False, thread: Hashable | None = None) -> Generator:
         """``seconds`` of one thread's compute (sampling, a CPU learner's update) on a core of ``node``:
         in quanta on a crowded node (each paying the pool's ``oversubscribed_cost`` while every core is
-        taken), one timeout elsewhere."""
+        taken), one timeout elsewhere. ``urgent``: a thread of the driver's process (a local learner's),
+        which runs before Ray's workers (:class:`~conduit.sim.resources.CpuPool`: who runs first);
+        ``thread``: the thread it runs on (its next piece of work continues it)."""
         if not self.crowded[node]:
             if seconds > 0:
                 yield self.env.timeout(seconds)
@@ -103,7 +108,7 @@ class CoreUse:
         left = seconds
         while left > 0:
             step = min(SAMPLING_QUANTUM, left)
-            yield from self.cpu(node, step, compute=True)
+            yield from self.cpu(node, step, urgent=urgent, compute=True, thread=thread)
             left -= step
 
     def learner_compute(self, lr: LearnerRole, seconds: float) -> Generator:
@@ -122,9 +127,9 @@ class CoreUse:
         if w.local_learner and w.algorithm != "appo":
             yield self.driver_thread.acquire()
             try:
-                yield from self.on_cores(node, seconds)
+                yield from self.on_cores(node, seconds, urgent=True)
             finally:
                 self.driver_thread.release()
         else:
-            yield from self.on_cores(node, seconds)
+            yield from self.on_cores(node, seconds, urgent=w.local_learner, thread=("learner", lr.id))
         self.compute[lr.device].busy_seconds += seconds

@@ -214,10 +214,15 @@ class DeployedRoute:
             yield env.timeout(t - env.now)
 
     def _hold(self, thread: FifoServer, node: str, seconds: float, compute: bool = False) -> Generator:
-        """Work on one Python thread (a FIFO server) and a core of ``node`` (``compute``: sampling)."""
+        """Work on one Python thread (a FIFO server: the process's GIL) and a core of ``node`` (``compute``:
+        sampling). A process's compute and its calls run on different threads of the kernel's (an EnvRunner's
+        sampling thread and its sender), so each continues only its own kind of work
+        (:meth:`~conduit.sim.resources.CpuPool.work`'s ``thread``). The driver's process (its own thread, a
+        local learner's) runs before Ray's workers on a crowded node (``CpuPool``: who runs first)."""
+        urgent = thread is self.driver_thread and self.cpus[node].preemptive
         yield thread.acquire()
         try:
-            yield from self.cpu(node, seconds, compute=compute)
+            yield from self.cpu(node, seconds, urgent=urgent, compute=compute, thread=(thread, compute))
         finally:
             thread.release()
 

@@ -200,7 +200,8 @@ class DqnLoop:
         (:meth:`~conduit.sim.engine.Simulation.read_runner_results`, which also charges
         ``DQN._training_step_new_api_stack``'s ``self.metrics.aggregate(env_runner_results)``)."""
         w, s = self.workload, self.stock
-        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_rows, w.chunk_bytes))
+        yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_rows, w.chunk_bytes),
+                            thread=("runner", runner.id))
         if not self.place_now(cid, self.host_tier(runner.memory)):
             yield from self.place_in(cid, self.host_tier(runner.memory))
         yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
@@ -212,7 +213,8 @@ class DqnLoop:
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         """One ``sample()`` call: the runner's thread on a core of its node (in quanta where crowded)."""
-        yield from self.on_cores(runner.node, self.remote_sample_time(runner, self.workload.fragment_length))
+        yield from self.on_cores(runner.node, self.remote_sample_time(runner, self.workload.fragment_length),
+                                 thread=("runner", runner.id))
         chunk, _ = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
         return chunk.id
 
@@ -231,11 +233,13 @@ class DqnLoop:
         else:
             yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-            yield from self.cpu(lr.node, s.shard_deserialize(w.batch_size, w.batch_size, nbytes))
+            thread = ("learner", lr.id)
+            yield from self.cpu(lr.node, s.shard_deserialize(w.batch_size, w.batch_size, nbytes), thread=thread)
             t_c = self.env.now
-            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, w.batch_size, built))
+            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, w.batch_size, built),
+                                thread=thread)
             t_d = self.env.now
-            yield from self.cpu(lr.node, s.to_tensor(built))
+            yield from self.cpu(lr.node, s.to_tensor(built), thread=thread)
         yield from self.copy_to_device(lr, built, pinned=False)
         if lr.index == 0:
             self.rec.span(update, "b", t_b, t_c)

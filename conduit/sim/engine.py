@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import math
 from collections import Counter
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,13 +213,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         self._draw_block, self._draw_at = np.zeros(0), 0
         self.network = Network(self.env, topology.graph, component_solve=fast, class_heaps=fast,
                                multiplicity=self._device_multiplicity(topology))
-        self.cpus = {
-            node: CpuPool(self.env, node, sum(c.get("cores", 1) for c in topology.devices_of("cpu", node)) or 1,
-                          float(next((c.get("cpu_speed", 1.0) for c in topology.devices_of("cpu", node)), 1.0)),
-                          max((float(c.get("oversubscribed_cpu_cost", 1.0)) for c in topology.devices_of("cpu", node)),
-                              default=1.0))
-            for node in topology.nodes
-        }
+        self.cpus = {node: self._cpu_pool(topology, node) for node in topology.nodes}
         self.compute = {lr.device: ComputeEngine(self.env, lr.device) for lr in self.layout.learners}
         self._learners_by_id = {lr.id: lr for lr in self.layout.learners}
         # the device a producer runs on, as a placement policy sees it (ChunkInfo.device): its GPU,
@@ -310,9 +304,20 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
                     f"memory of {lr.id} ({lr.device_tier}, {room:.3g} bytes) on topology {self.topology.name!r}"
                 )
 
+    def _cpu_pool(self, topology: Topology, node: str) -> CpuPool:
+        """``node``'s cores as its CPU devices describe them (``docs/topology-format.md``): their cores, speed,
+        ``oversubscribed_cpu_cost`` and the kernel's ``wake_latency`` / ``wake_slice_time``."""
+        cpus = topology.devices_of("cpu", node)
+        return CpuPool(self.env, node, sum(c.get("cores", 1) for c in cpus) or 1,
+                       float(next((c.get("cpu_speed", 1.0) for c in cpus), 1.0)),
+                       max((float(c.get("oversubscribed_cpu_cost", 1.0)) for c in cpus), default=1.0),
+                       wake_latency=max((float(c.get("wake_latency", 0.0)) for c in cpus), default=0.0),
+                       wake_slice=max((float(c.get("wake_slice_time", 0.0)) for c in cpus), default=0.0))
+
     def cpu(self, node: str, seconds: float, urgent: bool = False, compute: bool = False,
-            background: bool = False) -> Generator:
-        return self.cpus[node].work(seconds, urgent, compute, background)
+            background: bool = False, woken: bool = False, thread: Hashable | None = None) -> Generator:
+        """``seconds`` of work on a core of ``node`` (:meth:`~conduit.sim.resources.CpuPool.work`)."""
+        return self.cpus[node].work(seconds, urgent, compute, background, woken, thread)
 
     def update_call_cpu(self, episodes: float, steps: float, nbytes: float) -> float:
         """The driver's own CPU for one ``LearnerGroup.update`` call to one learner (``learner_group.py``): a
@@ -355,9 +360,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         return bookkeeping
 
     def on_driver(self, seconds: float) -> Generator:
-        """Work on the driver's single Python thread (and a core of its node). Where that node's pool
-        is preemptive, the driver's thread is a frequently waking poller (APPO on a crowded node,
-        :meth:`conduit.sim.appo.AppoLoop.appo_driver_spin`): its work is urgent."""
+        """Work on the driver's single Python thread (and a core of its node). On a crowded node (a
+        preemptive pool) it is urgent: the driver runs at nice 0 beside Ray's workers at 15
+        (:class:`~conduit.sim.resources.CpuPool`: who runs first)."""
         lane = self.driver_lane
         if lane.fifo is None:  # a core per thread on the driver's node: FIFO by arithmetic
             env, pool = self.env, self.cpus[lane.node]

@@ -170,7 +170,8 @@ class PpoLoop:
         n_chunks = len(targets)
         for i, target in enumerate(targets):
             # one sample() call per iteration: its chunks are pieces of one fragment
-            yield from self.on_cores(runner.node, self.remote_sample_time(runner, w.fragment_length, call=i == 0))
+            yield from self.on_cores(runner.node, self.remote_sample_time(runner, w.fragment_length, call=i == 0),
+                                     thread=("runner", runner.id))
             chunk, trace = self.new_chunk(runner, target, state.k)
             state.expect(target, chunk)
             if self.path.route == "direct":
@@ -226,7 +227,7 @@ class PpoLoop:
         if not cids:
             return None
         nbytes, episodes, steps = len(cids) * w.chunk_bytes, len(cids) * w.chunk_episodes, len(cids) * w.chunk_rows
-        yield from self.cpu(runner.node, s.sample_serialize(episodes, steps, nbytes))
+        yield from self.cpu(runner.node, s.sample_serialize(episodes, steps, nbytes), thread=("runner", runner.id))
         for cid in cids:
             if not self.place_now(cid, self.host_tier(runner.memory)):
                 yield from self.place_in(cid, self.host_tier(runner.memory))
@@ -248,7 +249,8 @@ class PpoLoop:
         if not w.local_learner:
             yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
-            yield from self.cpu(lr.node, s.shard_deserialize(episodes, len(cids) * w.chunk_rows, nbytes))
+            yield from self.cpu(lr.node, s.shard_deserialize(episodes, len(cids) * w.chunk_rows, nbytes),
+                                thread=("learner", lr.id))
         for cid in cids:
             if not self.move_now(cid, lr.pageable):
                 yield from self.move_to(cid, lr.pageable)

@@ -16,8 +16,9 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Hashable
 from typing import Any
 
 import simpy
@@ -95,15 +96,19 @@ class FifoServer:
             self.busy -= 1
 
 
+#: the priorities of work on a preemptive :class:`CpuPool` (its class doc: who runs first)
+ORDINARY, WOKEN, DRIVER = 0, 1, 2
+
+
 class _Hold:
     """One piece of work on a core of a :class:`CpuPool` that tracks who runs (see ``preemptive``)."""
 
-    __slots__ = ("owed", "paused", "paused_since", "resume", "urgent")
+    __slots__ = ("owed", "paused", "paused_since", "priority", "resume")
 
-    def __init__(self, urgent: bool):
-        self.urgent = urgent
-        self.owed = 0.0  # seconds urgent work took from this one's core (pauses that ended)
-        self.paused = False  # urgent work runs on its core now
+    def __init__(self, priority: int):
+        self.priority = priority
+        self.owed = 0.0  # seconds preempting work took from this one's core (pauses that ended)
+        self.paused = False  # preempting work runs on its core now
         self.paused_since = 0.0
         self.resume: simpy.Event | None = None  # its own time is up, it waits for the pause to end
 
@@ -111,7 +116,7 @@ class _Hold:
         self.paused, self.paused_since = True, now
 
     def unpause(self, now: float) -> None:
-        """The pause ends (the urgent work is done, or this piece moved to a free core): it owes its length."""
+        """The pause ends (the preempting work is done, or this piece moved to a free core): it owes its length."""
         self.paused = False
         self.owed += now - self.paused_since
         if self.resume is not None:
@@ -121,7 +126,7 @@ class _Hold:
 
 class _Preemption:
     """Urgent work running on a paused piece's core (see ``preemptive``): until it ends, or until another core
-    frees and the paused piece moves there (``moved``: the urgent work then holds a core of its own)."""
+    frees and the paused piece moves there (``moved``: the preempting work then holds a core of its own)."""
 
     __slots__ = ("moved", "victim")
 
@@ -133,18 +138,27 @@ class _Preemption:
 class CpuPool:
     """The cores of one node: FIFO servers, with busy-time accounting.
 
-    **Wake-up preemption** (``preemptive``, off unless a loop turns it on: :meth:`enable_preemption`).
-    A thread that blocks briefly and often (APPO's never-sleeping driver loop: thousands of short Ray
-    calls a second) gets a core back at once when it wakes: the kernel preempts a CPU-bound thread for
-    it (``benchmarks/appo_driver_loop.py`` prints the driver's demand; on the validation workload
-    ``appo-cartpole-2r-1l`` the driver's thread waited 0.04 of a core for 0.81 on a CPU, each
-    EnvRunner 0.56 for 0.42, from ``/proc/<pid>/task/<tid>/schedstat``). ``urgent`` work models that:
-    with every core busy it starts at once on the core of the longest-running ordinary piece of work
-    not paused already, which is paused for as long (it ends that much later); when every core runs
-    urgent work it waits at the head of the queue for the next free core. Ordinary work is FIFO as
-    before. A paused piece is runnable: when a core frees while it waits and no other work is queued,
-    it moves there at once (the kernel's idle balancing pulls a waiting thread to an idle CPU): it
-    loses only the time it was paused; the urgent work keeps the core it preempted.
+    **Who runs first** (``preemptive``, off unless the simulation turns it on for a crowded node:
+    :meth:`enable_preemption`). Each piece of work has a priority, the kernel's view of its thread:
+
+    * ``DRIVER`` (``urgent``): a thread of the driver's process. Ray starts every worker process (EnvRunners,
+      learner actors, the plane actor) at nice 15 and leaves the driver at 0 (``src/ray/common/
+      ray_config_def.h: worker_niceness``, 15, "so that the OS prioritizes CPU for other processes over
+      worker"): at weights 1024 against 36 the driver's threads (its own, a local learner's update and torch
+      team) get a core whenever they want one. APPO's never-sleeping driver loop is one of them
+      (``benchmarks/appo_driver_loop.py``; on ``appo-cartpole-2r-1l`` the driver's thread waited 0.04 of a
+      core for 0.81 on a CPU, each EnvRunner 0.56 for 0.42, from ``/proc/<pid>/task/<tid>/schedstat``).
+    * ``WOKEN``: a worker's thread that just woke (``woken``: an idle APPO learner's poll; and, with
+      ``wake_slice`` set, the first slice of any piece of ordinary work: see below). Among threads of equal
+      nice a woken one has used less than its share and preempts a running one.
+    * ``ORDINARY``: everything else, first in, first out.
+
+    Work with a priority that finds every core busy starts at once on the core of the longest-running piece
+    of lower priority not paused already, which is paused for as long (it ends that much later); when no
+    such piece runs it waits at the head of the queue for the next free core. A paused piece is runnable:
+    when a core frees while it waits and no other work is queued, it moves there at once (the kernel's idle
+    balancing pulls a waiting thread to an idle CPU): it loses only the time it was paused; the preempting
+    work keeps the core it took.
 
     **Work on an over-subscribed node costs more** (``oversubscribed_cost``, the topology CPU's
     ``oversubscribed_cpu_cost``, default 1: no extra). A thread that shares its core with another pays
@@ -166,12 +180,29 @@ class CpuPool:
     it preempts pays for the switch and its caches on top of over-subscription's cost
     (:mod:`conduit.runtime.learner_poll`). While at least one poller polls, compute that arrives with
     every core taken is charged ``poll_cost`` times more as well.
+
+    **A worker's thread that wakes gets a core at once, for a slice** (``wake_latency``, ``wake_slice``: the
+    topology CPU's ``wake_latency`` and ``wake_slice_time``, measured by :mod:`conduit.runtime.wakeup`; off
+    while ``wake_slice`` is 0). The data path's short pieces of work (a call's sender side, the plane actor's
+    handling of it, a learner's connector on a batch that just came) run on threads that slept until their
+    input came. A fair-share kernel does not queue such a thread behind the running ones' slices: it has used
+    less than its share, so it preempts one of equal nice (EEVDF, Linux >= 6.6; on the 2-core VM beside two
+    busy processes a woken thread ran after 0.05-0.08 ms and kept the core 3.4-3.6 ms, median). So on a
+    preemptive pool with every core taken, ordinary work that is not ``compute`` waits ``wake_latency`` and
+    then runs as ``WOKEN`` work for up to ``wake_slice`` seconds; what is left of it queues first in, first
+    out. The workload's compute (sampling, a remote CPU learner's update) runs in back-to-back quanta of a
+    thread that keeps its core busy, so it keeps no such credit and queues.
     """
 
     def __init__(self, env: simpy.Environment, node: str, cores: int, speed: float = 1.0,
-                 oversubscribed_cost: float = 1.0):
+                 oversubscribed_cost: float = 1.0, wake_latency: float = 0.0, wake_slice: float = 0.0):
         if not oversubscribed_cost >= 1.0:
             raise ValueError(f"{node}: oversubscribed_cost must be >= 1, got {oversubscribed_cost!r}")
+        for name, value in (("wake_latency", wake_latency), ("wake_slice", wake_slice)):
+            if not (value >= 0.0 and math.isfinite(value)):
+                raise ValueError(f"{node}: {name} must be a finite number of seconds >= 0, got {value!r}")
+        self.wake_latency, self.wake_slice = wake_latency, wake_slice
+        self._threads: dict[Hashable, tuple[float, float]] = {}  # thread -> (when its last piece ended, slice left)
         self.env = env
         self.node = node
         self.cores = cores
@@ -191,7 +222,7 @@ class CpuPool:
         return self._running is not None
 
     def enable_preemption(self) -> None:
-        """Track running work so that ``urgent`` work can preempt it; call before any work starts."""
+        """Track running work so that work with a priority can preempt it; call before any work starts."""
         if self._running is None:
             if self._server.busy:
                 raise RuntimeError(f"{self.node}: preemption must be enabled before work starts on its cores")
@@ -221,24 +252,27 @@ class CpuPool:
         return event
 
     def work(self, core_seconds: float, urgent: bool = False, compute: bool = False,
-             background: bool = False) -> Generator[Any, Any, None]:
-        """Run ``core_seconds`` of reference-core work on one core of this node (``urgent``: see the
-        class doc; only on a preemptive pool; ``compute``: the workload's own compute, sampling or a
-        CPU learner's update, which pays ``oversubscribed_cost`` while every core is taken;
-        ``background``: a poll's, which does not count as :attr:`wanted`)."""
+             background: bool = False, woken: bool = False, thread: Hashable | None = None) -> Generator[Any, Any, None]:
+        """Run ``core_seconds`` of reference-core work on one core of this node (class doc: ``urgent``, the
+        driver process's, runs first; ``woken``, a woken worker thread's, next; both only on a preemptive
+        pool; ``compute``: the workload's own compute, sampling or a CPU learner's update, which pays
+        ``oversubscribed_cost`` while every core is taken; ``background``: a poll's, which does not count as
+        :attr:`wanted`; ``thread``: the thread it runs on, which woke for it unless its previous piece
+        ended at this instant: see :meth:`_wake_credit`)."""
         if core_seconds <= 0:
             return
         seconds = core_seconds / self.speed
         if compute and self._server.busy >= self._server.capacity:  # every core taken: this work shares one
             seconds *= self.oversubscribed_cost * (self.poll_cost if self._pollers else 1.0)  # (class doc)
+        priority = DRIVER if urgent else WOKEN if woken else ORDINARY
         if self._running is None:  # no preemption (most pools): nothing to track
-            if urgent:
-                raise RuntimeError(f"{self.node}: urgent work on a pool without preemption")
+            if priority:
+                raise RuntimeError(f"{self.node}: {'urgent' if urgent else 'woken'} work on a pool without preemption")
             yield from self._server.hold(seconds)
             self.busy_core_seconds += seconds
             return
         if background:  # (a quantum that found no core to take is not run: :meth:`_tracked`)
-            if (yield from self._tracked(seconds, urgent, background=True)):
+            if (yield from self._tracked(seconds, priority, background=True)):
                 self.busy_core_seconds += seconds
             return
         self._foreground += 1
@@ -247,19 +281,52 @@ class CpuPool:
             for event in arrivals:
                 event.succeed()
         try:
-            yield from self._tracked(seconds, urgent)
+            if self.wake_slice > 0 and not (priority or compute):  # (class doc: a worker's thread that wakes)
+                credit, woke = self._wake_credit(thread)
+                if credit > 0 and self._server.busy >= self._server.capacity:
+                    yield from self._woken(seconds, credit, woke)
+                else:
+                    yield from self._tracked(seconds, ORDINARY)
+                if thread is not None:
+                    self._threads[thread] = (self.env.now, max(0.0, credit - seconds))
+            else:
+                yield from self._tracked(seconds, priority)
+                if compute and thread is not None and self.wake_slice > 0:
+                    self._threads[thread] = (self.env.now, 0.0)  # a CPU-bound run leaves no credit
         finally:
             self._foreground -= 1
         self.busy_core_seconds += seconds
 
-    def _tracked(self, seconds: float, urgent: bool, background: bool = False) -> Generator[Any, Any, bool]:
-        """Run the work (class doc); returns whether it ran. A background load's urgent quantum that finds every
-        core running urgent work or a paused piece does not queue for one: it is not run (a poll that missed
+    def _wake_credit(self, thread: Hashable | None) -> tuple[float, bool]:
+        """``(seconds this thread's next piece may run as WOKEN work, whether the thread woke for it)``. A piece
+        that starts when the same thread's previous one ended (no wait between: one stretch of the thread's
+        running) continues that piece's slice, and after compute (a CPU-bound run) has none left; any other
+        piece is a fresh wake with a whole ``wake_slice``. Work not tied to a thread (``None``) always wakes."""
+        if thread is not None:
+            last = self._threads.get(thread)
+            if last is not None and last[0] == self.env.now:
+                return last[1], False
+        return self.wake_slice, True
+
+    def _woken(self, seconds: float, credit: float, woke: bool) -> Generator[Any, Any, None]:
+        """Work of a worker's thread with ``credit`` seconds of its slice while every core is taken (class
+        doc): after ``wake_latency`` (when it ``woke`` for this piece) it runs as ``WOKEN`` work for up to
+        ``credit`` seconds (ordinary work if a core freed meanwhile); the rest queues."""
+        if woke and self.wake_latency > 0:
+            yield self.env.timeout(self.wake_latency)
+        first = min(seconds, credit)
+        yield from self._tracked(first, WOKEN if self._server.busy >= self._server.capacity else ORDINARY)
+        if seconds > first:
+            yield from self._tracked(seconds - first, ORDINARY)
+
+    def _tracked(self, seconds: float, priority: int, background: bool = False) -> Generator[Any, Any, bool]:
+        """Run the work (class doc); returns whether it ran. A background load's quantum that finds no core
+        running work of lower priority not paused does not queue for one: it is not run (a poll that missed
         its turn does not catch up), so background loads never starve the node's other work, however many
         share it (two idle learners' polls and the driver's loop on one core want more than the core)."""
         running, server = self._running, self._server
-        if urgent and server.busy >= server.capacity:
-            victim = next((h for h in running if not (h.urgent or h.paused)), None)
+        if priority and server.busy >= server.capacity:
+            victim = next((h for h in running if h.priority < priority and not h.paused), None)
             if victim is None and background:
                 return False
             if victim is not None:  # preempt it: this work runs now on its core, it ends later by as much
@@ -273,8 +340,8 @@ class CpuPool:
                     victim.unpause(self.env.now)
                     self._preempted.remove(preemption)
                 return True
-        hold = _Hold(urgent)
-        yield server.acquire(first=urgent)
+        hold = _Hold(priority)
+        yield server.acquire(first=priority > 0)
         running[hold] = None
         yield self.env.timeout(seconds)
         while hold.paused or hold.owed > 0:  # preempted meanwhile: the time it lost
@@ -298,7 +365,7 @@ class CpuPool:
             return
         preemption = self._preempted.popleft()
         preemption.moved = True
-        preemption.victim.unpause(self.env.now)  # its pause ends now, not when the urgent work ends
+        preemption.victim.unpause(self.env.now)  # its pause ends now, not when the preempting work ends
 
 
 class ComputeEngine:

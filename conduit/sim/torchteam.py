@@ -22,8 +22,10 @@ of the extra thread's CPU in an idle gap; ``Workload.sync_spin_s``, :meth:`condu
 The model: :meth:`TorchTeam.region` at the start of an update of ``seconds`` gives each extra thread
 ``share * seconds`` of work plus ``spin`` of spinning; the work left from the previous region (the rest
 of its spin) is dropped, since a thread that spins until the next region starts works on that region
-instead. Each thread runs its work as ordinary work on the node's :class:`~conduit.sim.resources.CpuPool`
-in quanta, so it waits for a core like any other process and shares the cores as the OS interleaves them.
+instead. Each thread runs its work on the node's :class:`~conduit.sim.resources.CpuPool` in quanta. The team
+is the driver process's (nice 0, where Ray starts its workers at 15), so on a crowded node's preemptive pool
+its quanta run before the workers' (the pool's class doc: who runs first); it shares the cores with the
+driver's own thread.
 """
 
 from __future__ import annotations
@@ -84,5 +86,5 @@ class TorchTeam:
                 continue
             step = min(self.quantum, self._left[i])
             self._left[i] -= step
-            yield from self.pool.work(step)
+            yield from self.pool.work(step, urgent=self.pool.preemptive)  # the driver's process: nice 0
             self.cpu_seconds += step

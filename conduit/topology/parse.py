@@ -31,7 +31,7 @@ COMMON_DEVICE_FIELDS = ("id", "kind", "node", "model", "description")
 #: the ``memory``/``nvme``/``gpu`` extras are the measurements ``conduit calibrate`` records
 DEVICE_FIELDS = {
     "gpu": ("memory", "memory_bandwidth", "copy_launch_overhead", "d2h_pinned_bandwidth", "h2d_pageable_bandwidth"),
-    "cpu": ("cores", "oversubscribed_cpu_cost"),
+    "cpu": ("cores", "oversubscribed_cpu_cost", "wake_latency", "wake_slice_time"),
     "memory": ("capacity", "pinned_capacity", "bandwidth", "pageable_copy_bandwidth",
                "shm_bandwidth", "shm_latency", "shm_create_latency", "pickle_bandwidth", "pickle_latency",
                "pickle_oob_latency", "object_store_put_bandwidth", "object_store_get_bandwidth",
