@@ -5,7 +5,9 @@ process, the driver, the plane actor of every learner node (Conduit as deployed)
 learner's extra torch threads (:mod:`conduit.sim.torchteam`). The count is the same for both sides,
 so the stock side's processes compete for cores as the deployed side's do. On a crowded node work is
 held in quanta of :data:`SAMPLING_QUANTUM` on the node's :class:`~conduit.sim.resources.CpuPool` (the
-OS interleaves the processes); elsewhere nobody waits for a core and work is one timeout.
+OS interleaves the processes), and the pool preempts: the driver's process (nice 0) runs before Ray's
+workers (nice 15), and a worker's thread that wakes gets a core for the kernel's slice (the pool's class
+doc: who runs first). Elsewhere nobody waits for a core and work is one timeout.
 """
 
 from __future__ import annotations
