@@ -131,6 +131,42 @@ def test_a_piece_that_continues_its_threads_compute_has_no_credit(cores, seconds
 
 
 @settings(max_examples=60, deadline=None)
+@given(cores=st.integers(2, 3), last=st.floats(1e-4, 5e-3), after=st.floats(1e-4, 5e-3))
+def test_a_piece_that_follows_its_threads_compute_runs_on_for_the_rest_of_the_turn(cores, last, after):
+    """Compute runs in turns of the pool's quantum (5 ms here). A thread whose last piece of compute took
+    ``last`` seconds keeps ``5 ms - last`` of its turn: the serialisation that follows it at once runs on for that
+    long (it does not queue behind the node's other work), and only what exceeds the turn queues."""
+    quantum = 5e-3
+    env = simpy.Environment()
+    pool = CpuPool(env, "n0", cores, wake_latency=1e-3, wake_slice=0.5)
+    pool.enable_preemption()
+    pool.quantum = quantum
+    end = []
+
+    def busy(i):
+        yield from pool.work(10.0, compute=True, thread=("busy", i))
+
+    def runner():
+        yield from pool.work(last, compute=True, thread="runner")
+        yield from pool.work(after, thread="runner")
+        end.append(env.now)
+
+    for i in range(cores - 1):
+        env.process(busy(i))
+    env.process(runner())
+    env.process(busy(cores - 1))
+    env.run()
+    left = quantum - last
+    if after <= left:  # within its turn: no wake latency (it never slept), no queueing
+        assert end[0] == pytest.approx(last + after, abs=1e-12)
+    else:  # the turn (on the core of the oldest busy piece, which ends that much later), then the rest waits
+        # for the first core that frees: another busy piece's at 10 s, or with two cores the paused piece's
+        # (10 s + the turn) or the queued piece's (10 s + ``last``), whichever first
+        first_free = 10.0 if cores > 2 else 10.0 + min(left, last)
+        assert end[0] == pytest.approx(first_free + after - left, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
 @given(cores=st.integers(1, 4), jobs=st.lists(st.tuples(st.floats(0, 2), lengths, st.sampled_from(("compute", "call")),
                                                          st.sampled_from((None, "a", "b"))), min_size=1, max_size=16))
 def test_without_wake_settings_threads_change_nothing(cores, jobs):

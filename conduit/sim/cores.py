@@ -30,6 +30,7 @@ class CoreUse:
         for node, crowded in self.crowded.items():
             if crowded:  # the driver's process runs first, a woken worker next (CpuPool: who runs first)
                 self.cpus[node].enable_preemption()
+                self.cpus[node].quantum = SAMPLING_QUANTUM
         w = self.workload
         self.team: TorchTeam | None = None
         if w.local_learner and w.learner_threads > 1 and self.crowded[self.layout.driver_node]:

@@ -191,7 +191,8 @@ class CpuPool:
     preemptive pool with every core taken, ordinary work that is not ``compute`` waits ``wake_latency`` and
     then runs as ``WOKEN`` work for up to ``wake_slice`` seconds; what is left of it queues first in, first
     out. The workload's compute (sampling, a remote CPU learner's update) runs in back-to-back quanta of a
-    thread that keeps its core busy, so it keeps no such credit and queues.
+    thread that keeps its core busy, so it keeps no such credit and queues; a piece of the same thread that
+    follows its compute at once runs on for what is left of the compute's turn (:meth:`_wake_credit`).
     """
 
     def __init__(self, env: simpy.Environment, node: str, cores: int, speed: float = 1.0,
@@ -203,6 +204,9 @@ class CpuPool:
                 raise ValueError(f"{node}: {name} must be a finite number of seconds >= 0, got {value!r}")
         self.wake_latency, self.wake_slice = wake_latency, wake_slice
         self._threads: dict[Hashable, tuple[float, float]] = {}  # thread -> (when its last piece ended, slice left)
+        #: the turn compute is held in on this pool (:mod:`conduit.sim.cores`: ``SAMPLING_QUANTUM``); a thread's
+        #: piece right after a shorter piece of its compute continues on for the rest of the turn
+        self.quantum = 0.0
         self.env = env
         self.node = node
         self.cores = cores
@@ -291,8 +295,8 @@ class CpuPool:
                     self._threads[thread] = (self.env.now, max(0.0, credit - seconds))
             else:
                 yield from self._tracked(seconds, priority)
-                if compute and thread is not None and self.wake_slice > 0:
-                    self._threads[thread] = (self.env.now, 0.0)  # a CPU-bound run leaves no credit
+                if compute and thread is not None and self.wake_slice > 0:  # what is left of its turn
+                    self._threads[thread] = (self.env.now, max(0.0, self.quantum - seconds))
         finally:
             self._foreground -= 1
         self.busy_core_seconds += seconds
@@ -301,7 +305,10 @@ class CpuPool:
         """``(seconds this thread's next piece may run as WOKEN work, whether the thread woke for it)``. A piece
         that starts when the same thread's previous one ended (no wait between: one stretch of the thread's
         running) continues that piece's slice, and after compute (a CPU-bound run) has none left; any other
-        piece is a fresh wake with a whole ``wake_slice``. Work not tied to a thread (``None``) always wakes."""
+        piece is a fresh wake with a whole ``wake_slice``. After compute, which runs in turns of :attr:`quantum`,
+        the thread keeps what is left of its turn (a last, shorter piece of sampling leaves the rest for the
+        serialisation that follows it on the same thread: it runs on, it does not queue behind the node's
+        other turns). Work not tied to a thread (``None``) always wakes."""
         if thread is not None:
             last = self._threads.get(thread)
             if last is not None and last[0] == self.env.now:
