@@ -125,7 +125,7 @@ class _Hold:
 
 
 class _Preemption:
-    """Urgent work running on a paused piece's core (see ``preemptive``): until it ends, or until another core
+    """Preempting work running on a paused piece's core (see ``preemptive``): until it ends, or until another core
     frees and the paused piece moves there (``moved``: the preempting work then holds a core of its own)."""
 
     __slots__ = ("moved", "victim")
@@ -304,11 +304,11 @@ class CpuPool:
     def _wake_credit(self, thread: Hashable | None) -> tuple[float, bool]:
         """``(seconds this thread's next piece may run as WOKEN work, whether the thread woke for it)``. A piece
         that starts when the same thread's previous one ended (no wait between: one stretch of the thread's
-        running) continues that piece's slice, and after compute (a CPU-bound run) has none left; any other
-        piece is a fresh wake with a whole ``wake_slice``. After compute, which runs in turns of :attr:`quantum`,
-        the thread keeps what is left of its turn (a last, shorter piece of sampling leaves the rest for the
-        serialisation that follows it on the same thread: it runs on, it does not queue behind the node's
-        other turns). Work not tied to a thread (``None``) always wakes."""
+        running) continues it: after ordinary work, with what is left of that piece's slice; after compute,
+        which runs in turns of :attr:`quantum`, with what is left of its turn (a last, shorter piece of
+        sampling leaves the rest for the serialisation that follows it on the same thread: it runs on, it
+        does not queue behind the node's other turns; a whole turn leaves nothing). Any other piece is a
+        fresh wake with a whole ``wake_slice``. Work not tied to a thread (``None``) always wakes."""
         if thread is not None:
             last = self._threads.get(thread)
             if last is not None and last[0] == self.env.now:
