@@ -98,36 +98,41 @@ def test_a_woken_call_runs_after_the_wake_latency_for_its_slice_then_queues(core
     assert pool.busy_core_seconds == pytest.approx(10.0 * cores + seconds, rel=1e-12)
 
 
+def _after_compute(cores: int, compute: float, after: float, thread: str, latency: float = 0.0,
+                   quantum: float = 0.0) -> float:
+    """Busy compute on every core but one, a worker's ``compute`` there (thread ``runner``), another busy piece
+    queued for that core; at the instant the worker's compute ends, ``after`` seconds of ordinary work on
+    ``thread``. Returns when that work ends."""
+    env = simpy.Environment()
+    pool = CpuPool(env, "n0", cores, wake_latency=latency, wake_slice=0.5)
+    pool.enable_preemption()
+    pool.quantum = quantum
+    end = []
+
+    def busy(i):
+        yield from pool.work(10.0, compute=True, thread=("busy", i))
+
+    def worker():
+        yield from pool.work(compute, compute=True, thread="runner")
+        yield from pool.work(after, thread=thread)
+        end.append(env.now)
+
+    for i in range(cores - 1):
+        env.process(busy(i))
+    env.process(worker())
+    env.process(busy(cores - 1))
+    env.run()
+    return end[0]
+
+
 @settings(max_examples=60, deadline=None)
 @given(cores=st.integers(2, 3), seconds=lengths, after=st.floats(1e-3, 0.4))
 def test_a_piece_that_continues_its_threads_compute_has_no_credit(cores, seconds, after):
-    """Busy compute on every core but one, a worker's compute there, and another busy piece queued for that
-    core. At the instant the worker's compute ends, an ordinary piece of the same thread continues its run
-    (no wake): it queues and ends ``after`` past 10 s, when the first busy core frees. Of another thread
+    """Without a turn left (the pool's quantum 0), a piece of the same thread right after its compute continues
+    its run (no wake): it queues and ends ``after`` past 10 s, when the first busy core frees. Of another thread
     (the process's sender) it is a wake, within its 0.5 s slice: it ends ``after`` past the compute."""
-    def run(thread: str) -> float:
-        env = simpy.Environment()
-        pool = CpuPool(env, "n0", cores, wake_latency=0.0, wake_slice=0.5)
-        pool.enable_preemption()
-        end = []
-
-        def busy(i):
-            yield from pool.work(10.0, compute=True, thread=("busy", i))
-
-        def worker():
-            yield from pool.work(seconds, compute=True, thread="runner")
-            yield from pool.work(after, thread=thread)
-            end.append(env.now)
-
-        for i in range(cores - 1):
-            env.process(busy(i))
-        env.process(worker())
-        env.process(busy(cores - 1))
-        env.run()
-        return end[0]
-
-    assert run("runner") == pytest.approx(10.0 + after, abs=1e-9)
-    assert run("sender") == pytest.approx(seconds + after, abs=1e-9)
+    assert _after_compute(cores, seconds, after, "runner") == pytest.approx(10.0 + after, abs=1e-9)
+    assert _after_compute(cores, seconds, after, "sender") == pytest.approx(seconds + after, abs=1e-9)
 
 
 @settings(max_examples=60, deadline=None)
@@ -137,33 +142,15 @@ def test_a_piece_that_follows_its_threads_compute_runs_on_for_the_rest_of_the_tu
     ``last`` seconds keeps ``5 ms - last`` of its turn: the serialisation that follows it at once runs on for that
     long (it does not queue behind the node's other work), and only what exceeds the turn queues."""
     quantum = 5e-3
-    env = simpy.Environment()
-    pool = CpuPool(env, "n0", cores, wake_latency=1e-3, wake_slice=0.5)
-    pool.enable_preemption()
-    pool.quantum = quantum
-    end = []
-
-    def busy(i):
-        yield from pool.work(10.0, compute=True, thread=("busy", i))
-
-    def runner():
-        yield from pool.work(last, compute=True, thread="runner")
-        yield from pool.work(after, thread="runner")
-        end.append(env.now)
-
-    for i in range(cores - 1):
-        env.process(busy(i))
-    env.process(runner())
-    env.process(busy(cores - 1))
-    env.run()
+    end = _after_compute(cores, last, after, "runner", latency=1e-3, quantum=quantum)
     left = quantum - last
     if after <= left:  # within its turn: no wake latency (it never slept), no queueing
-        assert end[0] == pytest.approx(last + after, abs=1e-12)
+        assert end == pytest.approx(last + after, abs=1e-12)
     else:  # the turn (on the core of the oldest busy piece, which ends that much later), then the rest waits
         # for the first core that frees: another busy piece's at 10 s, or with two cores the paused piece's
         # (10 s + the turn) or the queued piece's (10 s + ``last``), whichever first
         first_free = 10.0 if cores > 2 else 10.0 + min(left, last)
-        assert end[0] == pytest.approx(first_free + after - left, abs=1e-9)
+        assert end == pytest.approx(first_free + after - left, abs=1e-9)
 
 
 @settings(max_examples=60, deadline=None)

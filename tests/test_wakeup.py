@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_oversubscribed_cpu import _measurements
 
 from conduit.runtime import wakeup
 from conduit.topology import topology_from_dict
@@ -82,17 +83,6 @@ def test_the_script_refuses_a_bad_contention_file_before_measuring(tmp_path, con
 def test_the_script_names_a_bad_argument(args, field):
     run = _script(*args)
     assert run.returncode == 2 and field in run.stderr and "Traceback" not in run.stderr
-
-
-def _measurements(contention: dict | None):
-    from conduit.runtime.calibrate import Measurement, Measurements
-
-    host = {"hostname": "unit", "cores": 2, "dram_capacity": 8 * 2**30}
-    if contention is not None:
-        host["contention"] = contention
-    ms = Measurements(host=host)
-    ms["memcpy"] = Measurement("memcpy", 5e9, 1e-6, 10, "synthetic", [4096], [1e-6])
-    return ms
 
 
 def test_the_calibrated_yaml_carries_the_wake_figures_with_their_source():
