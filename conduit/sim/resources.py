@@ -275,9 +275,11 @@ class CpuPool:
             yield from self._server.hold(seconds)
             self.busy_core_seconds += seconds
             return
-        if background:  # (a quantum that found no core to take is not run: :meth:`_tracked`)
-            if (yield from self._tracked(seconds, priority, background=True)):
+        if background:  # a quantum that found no core to take is not run (:meth:`_tracked`): the poller,
+            if (yield from self._tracked(seconds, priority, background=True)):  # runnable, waits it out
                 self.busy_core_seconds += seconds
+            else:
+                yield self.env.timeout(seconds)
             return
         self._foreground += 1
         if self._arrivals:
@@ -329,8 +331,9 @@ class CpuPool:
     def _tracked(self, seconds: float, priority: int, background: bool = False) -> Generator[Any, Any, bool]:
         """Run the work (class doc); returns whether it ran. A background load's quantum that finds no core
         running work of lower priority not paused does not queue for one: it is not run (a poll that missed
-        its turn does not catch up), so background loads never starve the node's other work, however many
-        share it (two idle learners' polls and the driver's loop on one core want more than the core)."""
+        its turn does not catch up; :meth:`work` lets its time pass, so a loop that polls a whole core still
+        moves on), so background loads never starve the node's other work, however many share it (two idle
+        learners' polls and the driver's loop on one core want more than the core)."""
         running, server = self._running, self._server
         if priority and server.busy >= server.capacity:
             victim = next((h for h in running if h.priority < priority and not h.paused), None)
