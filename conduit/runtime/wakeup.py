@@ -28,6 +28,7 @@ full length). The simulator (:class:`conduit.sim.resources.CpuPool`) gives a wok
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import time
@@ -108,8 +109,6 @@ def measure(pairs: int = 8, wakes: int = 40, neighbours: int | None = None,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Time how the kernel serves a woken thread beside ``neighbours`` (default: the cores) busy processes
     (module doc); returns :func:`summarise`'s figures plus ``when``."""
-    import os
-
     if pairs < 1 or wakes < 1:
         raise ValueError(f"wake-up: pairs and wakes must be at least 1, got {pairs} and {wakes}")
     cores = len(os.sched_getaffinity(0))
