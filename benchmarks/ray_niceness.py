@@ -8,10 +8,14 @@ driver's process (its thread, a local learner's update and torch team) runs befo
 * the nice value of the driver and of a Ray actor, read from ``/proc/<pid>/stat``;
 * the round trip of an empty actor call (``ray.get(actor.f.remote())``, a 5 ms sleep between calls) with the
   cores idle, beside as many busy processes at the driver's nice as cores (``conduit.runtime.contention.
-  Neighbours``), and beside as many busy Ray actors (nice 15: the actor's peers), in alternating windows.
+  Neighbours``), beside as many busy Ray actors (nice 15: the actor's peers), and beside one nice-0 process with
+  Ray actors on the other cores (a local learner's spinning torch thread beside a sampling EnvRunner), in
+  alternating windows.
 
 2026-12-07 on the 2-core VM: driver nice 0, actor 15; round trip median 1.33-1.65 ms idle, **9.8-10.7 ms**
-beside two nice-0 processes (the actor waits for their slices), 1.56-1.78 ms beside two busy Ray actors.
+beside two nice-0 processes (the actor waits for their slices), 1.56-1.78 ms beside two busy Ray actors; at
+04:03, 0.94 ms idle, 9.79 beside two nice-0 processes, 1.60 beside two Ray actors and **1.50 ms** (mean 1.65)
+beside one nice-0 process and one Ray actor: one core left to the workers is enough for a call's hops.
 
     RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/ray_niceness.py [--windows 3] [--calls 100]   # ~30 s
 """
@@ -84,14 +88,18 @@ def main(argv: list[str] | None = None) -> int:
                 out.append(time.perf_counter() - t)
             return out
 
-        times: dict[str, list[float]] = {"idle": [], "beside nice-0 processes": [], "beside busy Ray actors": []}
+        mixed = "beside one nice-0 process, the rest Ray actors"
+        times: dict[str, list[float]] = {"idle": [], "beside nice-0 processes": [], "beside busy Ray actors": [],
+                                         mixed: []}
         busy = [Busy.remote() for _ in range(cores)]
         ray.get([b.run.remote(0.5) for b in busy])  # torch imported, first updates done
-        with Neighbours(cores) as crowd:
+        with Neighbours(cores) as crowd, Neighbours(1) as lone:
             for i in range(a.windows):
                 for kind in (list(times) if i % 2 == 0 else list(reversed(times))):
                     crowd.busy(kind == "beside nice-0 processes")
-                    refs = [b.run.remote(a.calls * 0.008 + 0.5) for b in busy] if kind == "beside busy Ray actors" else []
+                    lone.busy(kind == mixed)
+                    actors = busy if kind == "beside busy Ray actors" else busy[1:] if kind == mixed else []
+                    refs = [b.run.remote(a.calls * 0.008 + 0.5) for b in actors]
                     if refs:
                         time.sleep(0.3)
                     times[kind] += window()

@@ -6,7 +6,8 @@ busy gets a core after ``wake_latency`` for up to ``wake_slice`` (measured: :mod
 the rest of its work queues. Properties, over random work:
 
 * driver work never waits behind a worker's: with fewer driver pieces than cores it ends exactly its length
-  after it arrives, whatever the workers run (woken or not);
+  after it arrives, whatever the workers run (woken or not); a driver thread that holds a core in back-to-back
+  quanta keeps it, even when a worker's piece was queued for the core its last quantum frees;
 * a woken worker's piece never preempts the driver's, and preempts an ordinary one: beside ordinary compute on
   every core it ends ``wake_latency`` plus its length after it arrives when it fits its slice;
 * a piece that continues its thread's compute at the same instant has no credit and queues;
@@ -68,6 +69,38 @@ def test_driver_work_never_waits_behind_a_workers(cores, kind, driver, slice_s):
     ends, _ = _run(cores, jobs, slice_s=slice_s)
     for (at, s, _, _), end in zip(jobs[cores:], ends[cores:], strict=True):
         assert end == pytest.approx(at + s, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cores=st.integers(1, 3), quanta=st.integers(2, 6), quantum=st.floats(1e-3, 5e-3),
+       workers=st.lists(st.tuples(st.floats(0, 0.03), lengths, st.sampled_from(("woken", "compute", "call"))),
+                        min_size=1, max_size=6),
+       slice_s=st.sampled_from((0.0, 3.5e-3)))
+@example(cores=1, quanta=3, quantum=5e-3, workers=[(1e-3, 0.5, "call")], slice_s=3.5e-3)  # queued at a boundary
+def test_a_driver_thread_in_back_to_back_quanta_keeps_its_core(cores, quanta, quantum, workers, slice_s):
+    """The driver's thread (a torch team's spin, a long update held in quanta) asks for its next quantum at the
+    instant its last one ends. A worker's piece queued meanwhile is handed the core at that instant, and the driver's
+    quantum that comes in the same instant preempts it like any running piece: the driver's loop never waits."""
+    env = simpy.Environment()
+    pool = CpuPool(env, "n0", cores, wake_latency=5e-5 if slice_s else 0.0, wake_slice=slice_s)
+    pool.enable_preemption()
+    ends: list[float] = []
+
+    def driver_loop():
+        for _ in range(quanta):
+            yield from pool.work(quantum, urgent=True, thread="team")
+        ends.append(env.now)
+
+    def worker(at, seconds, kind):
+        yield env.timeout(at)
+        yield from pool.work(seconds, woken=kind == "woken", compute=kind == "compute", thread=("w", at))
+
+    for _ in range(cores):
+        env.process(driver_loop())
+    for at, seconds, kind in workers:
+        env.process(worker(at, seconds, kind))
+    env.run()
+    assert ends == [pytest.approx(quanta * quantum, abs=1e-12)] * cores
 
 
 @settings(max_examples=60, deadline=None)

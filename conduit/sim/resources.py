@@ -155,7 +155,10 @@ class CpuPool:
 
     Work with a priority that finds every core busy starts at once on the core of the longest-running piece
     of lower priority not paused already, which is paused for as long (it ends that much later); when no
-    such piece runs it waits at the head of the queue for the next free core. A paused piece is runnable:
+    such piece runs it waits at the head of the queue for the next free core. A queued piece runs from the instant
+    a core is handed to it, so work of higher priority that comes in that same instant preempts it like any running
+    piece (a driver's thread that holds a core in back-to-back quanta, a torch team's spin, keeps it: the kernel
+    never took it away). A paused piece is runnable:
     when a core frees while it waits and no other work is queued, it moves there at once (the kernel's idle
     balancing pulls a waiting thread to an idle CPU): it loses only the time it was paused; the preempting
     work keeps the core it took.
@@ -216,6 +219,7 @@ class CpuPool:
         self.busy_core_seconds = 0.0
         self._running: dict[_Hold, None] | None = None  # preemptive pools: running work, oldest first
         self._preempted: deque[_Preemption] = deque()  # preemptive pools: paused pieces waiting for their core
+        self._queued: dict[simpy.Event, _Hold] = {}  # preemptive pools: a queued piece's turn -> the piece
         self._arrivals: list[simpy.Event] = []  # preemptive pools: who waits for work to arrive at an idle pool
         self.poll_cost = 1.0
         self._pollers = 0  # pollers polling now (:meth:`polling`)
@@ -351,7 +355,10 @@ class CpuPool:
                     self._preempted.remove(preemption)
                 return True
         hold = _Hold(priority)
-        yield server.acquire(first=priority > 0)
+        turn = server.acquire(first=priority > 0)
+        if not turn.processed:  # queued: it runs from the instant a core is handed to it (:meth:`_free_a_core`)
+            self._queued[turn] = hold
+        yield turn
         running[hold] = None
         yield self.env.timeout(seconds)
         while hold.paused or hold.owed > 0:  # preempted meanwhile: the time it lost
@@ -370,7 +377,11 @@ class CpuPool:
     def _free_a_core(self) -> None:
         """A core frees: queued work gets it (FIFO), else the longest-paused piece moves there (class doc)."""
         server = self._server
-        if server.queue or not self._preempted:
+        if server.queue:  # the head of the queue runs from now: work of higher priority that comes at this
+            self._running[self._queued.pop(server.queue[0])] = None  # instant preempts it, as any running
+            server.release()  # piece (its process resumes later in the instant)
+            return
+        if not self._preempted:
             server.release()
             return
         preemption = self._preempted.popleft()
