@@ -95,14 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     if not Path("/proc/self/task").exists():
         p.error("needs /proc/<pid>/task (Linux)")
     import ray
+    from _ray_echo import echo_actor
 
-    @ray.remote(num_cpus=0)
-    class Echo:
-        def pid(self) -> int:
-            return os.getpid()
-
-        def f(self) -> None:
-            return None
+    Echo = echo_actor(ray)
 
     ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False,
              _temp_dir=tempfile.mkdtemp(prefix="call_gap_"))

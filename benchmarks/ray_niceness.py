@@ -49,16 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     if not Path("/proc/self/stat").exists():
         p.error("needs /proc (Linux)")
     import ray
+    from _ray_echo import echo_actor
 
     from conduit.runtime.contention import Neighbours, _learner_like_update
 
-    @ray.remote(num_cpus=0)
-    class Echo:
-        def pid(self) -> int:
-            return os.getpid()
-
-        def f(self) -> None:
-            return None
+    Echo = echo_actor(ray)
 
     @ray.remote(num_cpus=0)
     class Busy:

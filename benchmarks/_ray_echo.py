@@ -1,0 +1,22 @@
+"""The callee of the Ray call benchmarks (``ray_niceness.py``, ``call_gap.py``): an actor whose method does
+nothing, so a call's round trip and CPU are Ray's own. Imported as ``_ray_echo`` (``python benchmarks/X.py`` puts
+``benchmarks/`` on the path)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def echo_actor(ray: Any) -> Any:
+    """A Ray actor class (``num_cpus=0``) with ``pid()`` and an empty ``f()``."""
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def pid(self) -> int:
+            return os.getpid()
+
+        def f(self) -> None:
+            return None
+
+    return Echo
