@@ -28,6 +28,12 @@ Stock RLlib 2.60, step by step (files under ``ray/rllib/``):
    pinned memory (a CPU copy into a pinned buffer, then DMA), a CPU learner enqueues it at once, into the
    learner thread's ``CircularBuffer``, which trains.
 
+What this leaves out (known): RLlib's ``EnvRunner.sample_get_state_and_metrics`` puts the episodes, then runs
+``get_state`` and ``get_metrics`` and replies, all on the runner's thread before its next sample. The model
+serialises and puts in a process of its own beside the next sample, and charges ``get_state`` + ``get_metrics``
+(``Workload.runner_metrics_time``) before the chunk is made, so neither lies on the chunk's experience path as in
+the run (PPO's and DQN's runners charge the metrics after the sample-end, as RLlib does).
+
 The plane's route: chunks go to their learner's queue through
 :class:`~conduit.sim.direct.DirectRoute`; each update gathers fresh chunks within the lag bound and
 reuses buffered ones up to ``max_reuse`` (the contract's rules: :mod:`conduit.plane.rules`).
@@ -226,6 +232,9 @@ class AppoLoop:
             # sampling holds a core of the runner's node (in quanta where the node is crowded)
             yield from self.on_cores(runner.node, self.remote_sample_time(runner, w.fragment_length),
                                      thread=("runner", runner.id))
+            # sample_get_state_and_metrics' get_state + get_metrics, before the chunk exists here (the module
+            # doc: what this leaves out)
+            yield from self.runner_metrics(runner)
             if self._stop:
                 return
             if self.path.route == "driver":

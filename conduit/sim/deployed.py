@@ -239,7 +239,17 @@ class DeployedRoute:
         """One stock sampler call: the runner's thread and a core of its node for its duration (in
         quanta on an oversubscribed node). ``call``: the first piece of a ``sample()`` call the driver
         made (:meth:`~conduit.sim.engine.Simulation.remote_sample_time`)."""
-        left = self.remote_sample_time(runner, vector_steps, call)
+        yield from self._on_runner_thread(runner, self.remote_sample_time(runner, vector_steps, call))
+
+    def deployed_runner_metrics(self, runner: RunnerRole) -> Generator:
+        """The rest of the remote ``sample()`` call after the sampler returns, before the reply
+        (``Workload.runner_metrics_time``: ``get_metrics()``; :meth:`~conduit.sim.engine.Simulation.runner_metrics`),
+        on the runner's thread, as its sampling."""
+        if self.workload.runner_metrics_time > 0:
+            yield from self._on_runner_thread(runner, self.workload.runner_metrics_time)
+
+    def _on_runner_thread(self, runner: RunnerRole, left: float) -> Generator:
+        """``left`` seconds of the runner's own work (sampling, RLlib's work around it) on its thread and a core."""
         thread = self.runner_thread[runner.id]
         if thread.fifo is None:  # _pipeline([(thread, left)]), inlined
             env = self.env
@@ -376,6 +386,7 @@ class DeployedRoute:
                                     lambda lr=target, cid=chunk.id: state.deployed_landed(lr, cid)):
                 self.env.process(self._deployed_ppo_piece(runner, target, chunk, trace, state))
         state.runner_done(runner.id, self.env.now)
+        yield from self.deployed_runner_metrics(runner)
         state.replies[runner.id] = yield from self._deployed_ticket(runner, state)
 
     def _deployed_ppo_piece(self, runner: RunnerRole, lr: LearnerRole, chunk: Any, trace: Any, state: Any) -> Generator:
@@ -515,6 +526,7 @@ class DeployedRoute:
         i = 0
         while not self._stop:
             yield from self.deployed_sample(runner, w.fragment_length)
+            yield from self.deployed_runner_metrics(runner)  # as stock's (AppoLoop.appo_runner): before the chunk
             if self._stop:
                 return
             target = self.layout.target(runner, i)
@@ -711,6 +723,7 @@ class DeployedRoute:
         self._deployed_seq[runner.id] = self._deployed_seq.get(runner.id, 0) + 1
         pair = self.new_chunk(runner, lr, self.version)
         yield outbox.put((lr, pair))
+        yield from self.deployed_runner_metrics(runner)  # get_metrics() in the same call, then the reply
         return pair[0].id
 
     def _deployed_dqn_result(self) -> Generator:

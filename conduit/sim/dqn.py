@@ -216,6 +216,7 @@ class DqnLoop:
         yield from self.on_cores(runner.node, self.remote_sample_time(runner, self.workload.fragment_length),
                                  thread=("runner", runner.id))
         chunk, _ = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
+        yield from self.runner_metrics(runner)  # get_metrics() in the same call, after the step's sample-end
         return chunk.id
 
     def _stock_dqn_batch(self, lr: LearnerRole, nbytes: float, update: int, t_b: float) -> Generator:

@@ -421,6 +421,14 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         queued = self._runner_queued.pop(runner.id, 0.0)
         return queued + self.stock.rpc_callee_cpu + self.sample_time(vector_steps)
 
+    def runner_metrics(self, runner: RunnerRole) -> Generator:
+        """What the remote ``sample()`` call runs on the EnvRunner after ``sample()`` returns and before it
+        replies (``Workload.runner_metrics_time``: RLlib's ``get_metrics()``, APPO's ``get_state`` too), on the
+        runner's thread: after the sample-end stamp, so on the experience path."""
+        seconds = self.workload.runner_metrics_time
+        if seconds > 0:
+            yield from self.on_cores(runner.node, seconds, thread=("runner", runner.id))
+
     def queue_on_runner(self, runner: RunnerRole, seconds: float) -> None:
         """A call issued to ``runner``'s actor without waiting for it: it runs before the runner's next sample."""
         self._runner_queued[runner.id] = self._runner_queued.get(runner.id, 0.0) + seconds

@@ -185,7 +185,8 @@ class PpoLoop:
             else:
                 state.runner_chunks[runner.id].append(chunk)
         state.runner_done(runner.id, self.env.now)
-        if self.path.route == "driver":  # sample() returns: the reply, in the runner's own process
+        if self.path.route == "driver":  # sample() returns: get_metrics(), then the reply, in the runner's process
+            yield from self.runner_metrics(runner)
             state.replies[runner.id] = yield from self.stock_fetch_result(runner, state, self.layout.driver_memory)
 
     # ---- stock PPO: everything through the driver, after sampling

@@ -78,6 +78,11 @@ class Workload:
     env_step_cv: float = 0.1
     inference_time: float = 1e-3
     runner_call_overhead: float = 0.0
+    #: RLlib's work on the EnvRunner after ``sample()`` returns, in the same remote call, before its reply:
+    #: ``get_metrics()`` (``execution/rollout_ops.py: synchronous_parallel_sample`` with ``_return_metrics``:
+    #: ``lambda w: (w.sample(...), w.get_metrics())``; APPO's ``EnvRunner.sample_get_state_and_metrics``
+    #: also ``get_state``). It runs after the sample-end stamp, so it is on the experience path
+    runner_metrics_time: float = 0.0
     fragment_length: int = 128
     bytes_per_step: float = ATARI_STEP_BYTES
     episode_length: float = 1000.0
@@ -216,6 +221,7 @@ _MAY_BE_ZERO = {
     "env_step_cv",
     "inference_time",
     "runner_call_overhead",
+    "runner_metrics_time",
     "value_pass_per_sample",
     "advantage_per_sample",
     "weight_sync_time",
@@ -232,6 +238,7 @@ _TIME_FIELDS = {
     "env_step_time",
     "inference_time",
     "runner_call_overhead",
+    "runner_metrics_time",
     "update_time_per_sample",
     "update_overhead",
     "value_pass_per_sample",

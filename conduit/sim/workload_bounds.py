@@ -48,6 +48,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("env_step_time", 10.0, None, "seconds per vector step"),
     Bound("inference_time", 10.0, None, "seconds per vector step"),
     Bound("runner_call_overhead", 10.0, None, "seconds per fragment"),
+    Bound("runner_metrics_time", 10.0, None, "seconds per sample() call"),
     Bound("update_time_per_sample", 0.1, None, "seconds per sample per epoch"),
     Bound("value_pass_per_sample", 0.1, None, "seconds per sample"),
     Bound("advantage_per_sample", 0.1, None, "seconds per sample"),
@@ -62,7 +63,7 @@ BOUNDS: tuple[Bound, ...] = (
 _warned: set[tuple[str, float]] = set()
 
 
-_TIMES = {"env_step_time", "inference_time", "runner_call_overhead", "update_time_per_sample",
+_TIMES = {"env_step_time", "inference_time", "runner_call_overhead", "runner_metrics_time", "update_time_per_sample",
           "value_pass_per_sample", "advantage_per_sample", "update_overhead", "weight_sync_time",
           "weight_set_time"}
 

@@ -41,6 +41,8 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
     "env_step_cv": ("ratio", "coefficient of variation of `env_step_time` (lognormal); 0 = deterministic"),
     "inference_time": ("s per vector step", "the runner's policy forward pass for one vector step"),
     "runner_call_overhead": ("s per fragment", "fixed cost of one `sample()` call on a runner (one fragment)"),
+    "runner_metrics_time": ("s per sample() call", ("RLlib's work on the runner after `sample()` returns, before "
+                            "the call's reply: `get_metrics()` (APPO: and `get_state`); on the experience path")),
     "fragment_length": ("vector steps", ("vector steps per fragment; a chunk holds "
                         "`fragment_length * envs_per_runner` samples")),
     "bytes_per_step": ("B per sample", ("size of one sample (observation, action, reward, ...); "
