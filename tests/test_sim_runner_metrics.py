@@ -41,9 +41,9 @@ def test_the_runners_metrics_come_after_the_sample_end(seconds, algorithm, polic
     grown = after["exposed_experience_path_s"] - before["exposed_experience_path_s"]
     if policy == "conduit":
         # as deployed, the EnvRunner's sender shares the runner's thread (and the GIL) with get_metrics(), so the
-        # steps reach the plane after it (DQN); PPO's sampler streams a fragment as pieces, over which
-        # runner_call_overhead is spread, so with the seconds after the last piece every piece lands earlier.
-        # The chunk is still made that much before the reply, and the call costs no more
+        # steps reach the plane after it (DQN); PPO's sampler streams a fragment as several stock sampler calls,
+        # each paying runner_call_overhead (conduit.sim.engine.deployed_pieces), while get_metrics() runs once,
+        # after the last. The chunk is still made that much before the reply, and the call costs no more
         assert after["iteration_time_s"] == pytest.approx(before["iteration_time_s"], rel=0.05)
         assert grown >= seconds * (1 - 1e-6)
     else:
