@@ -216,8 +216,9 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
       learner (``num_learners=0``) the same with the driver's torch threads in wall-clock time
       (``learner_update_local``) when that was measured on a quiet machine (:func:`local_usable`), and
       its extra torch threads' spin and share of the update (``torch_team``, measured with it);
-    - DQN: the EnvRunner's ``get_metrics()`` rides in each sample call (``runner_metrics``), and the
-      buffer, metrics-aggregate and learner-connector costs are the workload's own (:func:`workload_stock`);
+    - the EnvRunner's ``get_metrics()`` (APPO: and ``get_state``) rides in each remote sample call after
+      ``sample()`` returns (``runner_metrics`` -> ``Workload.runner_metrics_time``); DQN's buffer,
+      metrics-aggregate and learner-connector costs are the workload's own (:func:`workload_stock`);
     - weight sync = measured get/set of the module's state + two RPC round trips (learner -> driver,
       driver -> runners, ``StockCosts.rpc_overhead``) + the state's bytes at ``serialize_bandwidth``;
       DQN's (:meth:`conduit.sim.dqn.DqnLoop.dqn_weight_sync`): the driver's work, the learner's ``get_state``
@@ -240,11 +241,12 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
     fields: dict[str, Any] = {
         "name": name, "algorithm": algo, "env_runners": runners, "envs_per_runner": envs,
         "fragment_length": fragment, "env_step_time": envs * step_s, "env_step_cv": 0.0, "inference_time": 0.0,
-        # (the rest of the algorithm's remote sampling call, once per sample call: get_metrics(), which
+        "runner_call_overhead": float(runner["latency"]),
+        # the rest of the algorithm's remote sampling call, once per sample call, after sample() returns (so
+        # after the sample-end stamp, on the experience path): get_metrics(), which
         # synchronous_parallel_sample's _return_metrics=True asks for; APPO's sample_get_state_and_metrics
-        # also gets the connector states)
-        "runner_call_overhead": float(runner["latency"]) + (float(prims["runner_metrics"]["latency"])
-                                                            if "runner_metrics" in prims else 0.0),
+        # also gets the connector states
+        "runner_metrics_time": float(prims["runner_metrics"]["latency"]) if "runner_metrics" in prims else 0.0,
         "bytes_per_step": float(runner["extra"]["bytes_per_step"]), "episode_length": episode,
         "learners": max(1, learners), "local_learner": learners == 0,
         "update_time_per_sample": float(update["per_item"]),
