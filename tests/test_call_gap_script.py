@@ -4,19 +4,16 @@ hand, its figures are in the script's docstring and results/validation/NOTES.md)
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
 from pathlib import Path
 
 import pytest
+from _scripts import BENCH, load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-spec = importlib.util.spec_from_file_location("_call_gap", BENCH / "call_gap.py")
-cg = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(cg)
+cg = load_script(BENCH / "call_gap.py", "_call_gap")
 
 
 @pytest.mark.parametrize(("argv", "named"), [(["--calls", "0"], "--calls"), (["--blocks", "0"], "--blocks"),

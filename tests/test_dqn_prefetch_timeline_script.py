@@ -4,17 +4,12 @@ of ~40 s: run by hand, its figures are in the script's docstring and results/val
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from _scripts import BENCH, load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-spec = importlib.util.spec_from_file_location("_dqn_prefetch_timeline", BENCH / "dqn_prefetch_timeline.py")
-dpt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(dpt)
+dpt = load_script(BENCH / "dqn_prefetch_timeline.py", "_dqn_prefetch_timeline")
 
 
 @pytest.mark.parametrize(("argv", "named"), [(["--iters", "1"], "--iters"), (["--warmup", "5"], "--warmup"),

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
+from _scripts import BENCH, load_script
 from hypothesis import given
 from hypothesis import strategies as st
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))  # the script imports its neighbour run_cpu_breakdown, as when run from there
-spec = importlib.util.spec_from_file_location("_local_learner_under_load", BENCH / "local_learner_under_load.py")
-lul = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lul)
+lul = load_script(BENCH / "local_learner_under_load.py", "_local_learner_under_load")
 
 
 @given(st.integers(1, 8))

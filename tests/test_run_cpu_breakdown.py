@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -11,13 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from _scripts import BENCH, load_script
 from hypothesis import given
 from hypothesis import strategies as st
 
-TOOL = Path(__file__).resolve().parents[1] / "benchmarks" / "run_cpu_breakdown.py"
-spec = importlib.util.spec_from_file_location("_run_cpu_breakdown", TOOL)
-rcb = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rcb)
+TOOL = BENCH / "run_cpu_breakdown.py"
+rcb = load_script(TOOL, "_run_cpu_breakdown")
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 

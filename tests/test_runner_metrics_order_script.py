@@ -4,15 +4,10 @@ results/validation/NOTES.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from _scripts import BENCH, load_script
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-spec = importlib.util.spec_from_file_location("_runner_metrics_order", BENCH / "runner_metrics_order.py")
-rmo = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rmo)
+rmo = load_script(BENCH / "runner_metrics_order.py", "_runner_metrics_order")
 
 
 @pytest.mark.parametrize("rounds", ["0", "2", "-3"])

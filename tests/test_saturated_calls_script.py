@@ -4,17 +4,13 @@ its figures are in the script's docstring and results/validation/NOTES.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _scripts import BENCH, load_script
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-spec = importlib.util.spec_from_file_location("_saturated_calls", BENCH / "saturated_calls.py")
-sc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sc)
+sc = load_script(BENCH / "saturated_calls.py", "_saturated_calls")
 
 
 @pytest.mark.parametrize(("argv", "named"), [(["--calls", "0"], "--calls"), (["--callee-ms", "-1"], "--callee-ms"),

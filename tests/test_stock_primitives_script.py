@@ -3,18 +3,14 @@ file's other fields (the callee's CPU per call is ``conduit.runtime.proccpu``'s,
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from _scripts import BENCH, load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-spec = importlib.util.spec_from_file_location("_stock_primitives", BENCH / "stock_primitives.py")
-sp = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sp)
+sp = load_script(BENCH / "stock_primitives.py", "_stock_primitives")
 
 @given(st.sets(st.sampled_from(sp.SECTIONS), min_size=1))
 def test_sections_parse_any_subset(chosen):
