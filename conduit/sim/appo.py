@@ -53,6 +53,10 @@ from conduit.sim.cores import SAMPLING_QUANTUM
 from conduit.sim.metrics import ChunkTrace, UpdateTrace
 from conduit.sim.resources import FifoServer
 
+#: the share of a core a runnable nice-15 thread (a Ray worker) keeps beside a nice-0 thread that never yields:
+#: their weights, 36 and 1024 (``kernel/sched/core.c: sched_prio_to_weight``)
+NICE_15_SHARE = 36 / (1024 + 36)
+
 
 class AppoLoop:
     """APPO/IMPALA's loop (a mixin of :class:`~conduit.sim.engine.Simulation`)."""
@@ -167,7 +171,12 @@ class AppoLoop:
         would want every core, waking first cannot hold: the kernel's fair scheduler gives each runnable
         thread of the node at most ``cores / threads`` (its threads, plus each polling learner thread), so
         each loop is capped there and the node's other threads keep running (with the urgent rule alone
-        their staggered quanta could cover every core, and the run never ended)."""
+        their staggered quanta could cover every core, and the run never ended). "Every core" is the kernel's:
+        beside a nice-0 thread that never yields, a runnable nice-15 one still gets its weight's share of the core
+        (``kernel/sched/core.c: sched_prio_to_weight``, 1024 and 36: 36 / 1060 = 3.4%), so loops that would leave
+        the node's other threads less than that (``learner_poll_cores`` 0.999999 on one core) are capped too
+        (without it such a run's other threads crawl at a millionth of a core: a fresh clone's hypothesis
+        draw hung there)."""
         wants: dict[str, list[tuple[str, float]]] = {}
         if self.crowded[self.layout.driver_node]:
             wants.setdefault(self.layout.driver_node, []).append(
@@ -179,7 +188,7 @@ class AppoLoop:
         for node, loops in wants.items():
             cores = self.cpus[node].cores
             cap = 1.0
-            if sum(d for _, d in loops) >= cores:
+            if sum(d for _, d in loops) >= cores - NICE_15_SHARE:
                 pollers = sum(1 for key, _ in loops if key != "driver")
                 cap = cores / (threads[node] + pollers)
             duties.update({key: min(d, cap) for key, d in loops})
