@@ -931,7 +931,8 @@ def test_the_re_timed_prediction_uses_the_median_runs_sweep(costs):
     # the update's median by its cost at the largest size (1 ms - c/10 + c: rising with c), picked on its own
     update = chosen[0]["entries"]["learner_update"]  # (only the stock side's runs re-timed it)
     ranked = sorted(costs[:-1])
-    assert update["per_item"] == ranked[(len(ranked) - 1) // 2] / 100
+    # (runs one ulp apart cost the same at the largest size once rounded: either is the median)
+    assert update["per_item"] == pytest.approx(ranked[(len(ranked) - 1) // 2] / 100, rel=1e-12)
 
 
 @given(latency=times, per_item=times, epochs=st.integers(1, 30), top=st.integers(1, 4000))
