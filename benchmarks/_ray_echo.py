@@ -5,11 +5,20 @@ nothing, so a call's round trip and CPU are Ray's own. Imported as ``_ray_echo``
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 
+def spin(seconds: float) -> None:
+    """Compute (a Python loop on this thread) for ``seconds`` of wall time."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def echo_actor(ray: Any) -> Any:
-    """A Ray actor class (``num_cpus=0``) with ``pid()`` and an empty ``f()``."""
+    """A Ray actor class (``num_cpus=0``) with ``pid()``, an empty ``f()`` and ``work(seconds)``, which computes
+    that long before it returns."""
 
     @ray.remote(num_cpus=0)
     class Echo:
@@ -18,5 +27,8 @@ def echo_actor(ray: Any) -> Any:
 
         def f(self) -> None:
             return None
+
+        def work(self, seconds: float) -> None:
+            spin(seconds)
 
     return Echo

@@ -16,6 +16,12 @@ Each figure is one primitive timed in isolation (medians over repeats), never an
   Ray's task loop included) per call over blocks of back-to-back calls of a function that does nothing,
   less what the same process burns idle over the same wall time (measured just before each block). An
   EnvRunner pays it on every call it serves (``sample``, ``set_state``): CPU of the runner's node;
+* ``rpc_gap_curve`` and the cold-call figures (section ``gap``) -- the same ``apply`` call issued after the
+  caller slept 0-20 ms: per sleep the start-to-start interval, the round trip and both processes' CPU; the
+  interval up to which a call is warm (``rpc_warm_within_s``) and from which it is cold (``rpc_cold_after_s``),
+  and what a cold call adds (``rpc_cold_round_trip_s``, ``rpc_cold_caller_cpu_s``, ``rpc_cold_callee_cpu_s``):
+  the simulator's cold-call law (:mod:`conduit.sim.raycalls`; ``benchmarks/call_gap.py`` shows the curve);
+
 CPU-bound, single-process primitives are timed in CPU time (``time.process_time``), so that other
 processes on a shared machine do not inflate them; Ray calls are timed in wall time.
 
@@ -69,7 +75,7 @@ Writes JSON (``--out``, default ``results/stock_primitives.json``) that
     RAY_AUTH_MODE=disabled python benchmarks/stock_primitives.py [--out FILE]
 
 ``--sections`` measures only some of the groups (``pickle``, ``serializer``, ``buffer``, ``connector``, ``ray``,
-``callee``, ``learner``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
+``callee``, ``gap``, ``learner``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
 with ``<section>_when`` (``--keep FIELD,...``: fields a section measures that keep the file's values, the new
 readings recorded under ``<section>_kept``), e.g. adding the callee's CPU to the file the simulator reads::
 
@@ -91,7 +97,7 @@ from pathlib import Path
 
 from conduit.runtime.proccpu import callee_cpu_per_call
 
-SECTIONS = ("pickle", "serializer", "buffer", "connector", "ray", "callee", "learner")
+SECTIONS = ("pickle", "serializer", "buffer", "connector", "ray", "callee", "gap", "learner")
 #: the serializer section's episode lengths (steps) and list sizes (episodes)
 SERIALIZER_LENGTHS = (25, 200)
 SERIALIZER_LISTS = (4, 64)
@@ -389,6 +395,33 @@ def _ray_primitives(ray, repeats: int, sections: set[str]) -> dict:
 
         out["rpc_callee_cpu_s"] = callee_cpu_per_call(lambda: ray.get(actors[0].apply.remote(func=nothing), timeout=CALL_TIMEOUT_S), pid,
                                                       calls=repeats * 4)
+    if "gap" in sections:
+        out.update(_gap_primitives(ray, actors[1], repeats))
+    return out
+
+
+def _gap_primitives(ray, actor, repeats: int) -> dict:
+    """The cold-call law's figures (:mod:`conduit.sim.raycalls`) for the call RLlib makes,
+    ``actor.apply.remote(func=...)``: its round trip and both processes' CPU per call back to back and after
+    each sleep of :data:`~conduit.runtime.callgap.DEFAULT_SLEEPS_S` (``rpc_gap_curve``), the ramp through them
+    (``rpc_warm_within_s``, ``rpc_cold_after_s``: start-to-start intervals) and the surcharges at the longest
+    sleep (``rpc_cold_round_trip_s``, ``rpc_cold_caller_cpu_s``, ``rpc_cold_callee_cpu_s``)."""
+    from conduit.runtime.callgap import DEFAULT_SLEEPS_S, cold_figures, cold_ramp, gap_costs
+
+    pid = ray.get(actor.pid.remote(), timeout=CALL_TIMEOUT_S) if os.path.isdir("/proc/self/task") else None
+
+    def nothing(actor):
+        return None
+
+    rows = gap_costs(lambda: ray.get(actor.apply.remote(func=nothing), timeout=CALL_TIMEOUT_S),
+                     os.getpid() if pid is not None else None, pid, DEFAULT_SLEEPS_S, calls=max(20, repeats * 2))
+    warm, cold = cold_ramp(rows)
+    extra = cold_figures(rows)
+    out = {"rpc_gap_curve": rows, "rpc_warm_within_s": warm, "rpc_cold_after_s": cold,
+           "rpc_cold_round_trip_s": extra["wall_s"]}
+    if pid is not None:
+        out["rpc_cold_caller_cpu_s"] = extra["caller_cpu_s"]
+        out["rpc_cold_callee_cpu_s"] = extra["callee_cpu_s"]
     return out
 
 
@@ -450,14 +483,14 @@ def main(argv: list[str] | None = None) -> int:
         out.update(_connector_primitives(args.repeats))
     if "learner" in args.sections:  # DQN's driver after each update: the learners' results
         out.update(_learner_primitives())
-    if args.sections & {"serializer", "ray", "callee"}:  # Ray's serializer; round trips, overlap, put/get; callee
+    if args.sections & {"serializer", "ray", "callee", "gap"}:  # Ray's serializer; round trips, overlap, put/get; callee
         with tempfile.TemporaryDirectory(prefix="cdt-prim-") as tmp:
             ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, object_store_memory=512 << 20,
                      log_to_driver=False)
             try:
                 if "serializer" in args.sections:
                     out.update(_serializer_primitives(ray, args.repeats))
-                if args.sections & {"ray", "callee"}:
+                if args.sections & {"ray", "callee", "gap"}:
                     out.update(_ray_primitives(ray, args.repeats, args.sections))
             finally:
                 ray.shutdown()

@@ -135,8 +135,10 @@ def experience_path_study() -> Any:
 # ------------------------------------------------------------------------------------------------
 def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
     """:class:`~conduit.sim.params.StockCosts` from a ``benchmarks/stock_primitives.py`` JSON file, by the
-    field mapping of :data:`~conduit.sim.params.STOCK_SOURCES` (fields it does not map keep their defaults)."""
-    from conduit.sim.params import STOCK_SOURCES, StockCosts
+    field mapping of :data:`~conduit.sim.params.STOCK_SOURCES` (fields it does not map keep their defaults) and,
+    where the file has section ``gap``, of :data:`~conduit.sim.params.STOCK_COLD_SOURCES` (the cold-call law,
+    :mod:`conduit.sim.raycalls`; without it every call is charged its back-to-back cost)."""
+    from conduit.sim.params import STOCK_COLD_SOURCES, STOCK_SOURCES, StockCosts
 
     data = json.loads(Path(path).read_text())
     values = {}
@@ -144,6 +146,13 @@ def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
         if key not in data:
             raise SystemExit(f"{path}: no field {key!r} (needed for StockCosts.{name})")
         values[name] = float(data[key])
+    # the cold-call law (section gap, since 2026-12-07): all of it or none (a file measured before keeps it off)
+    cold = {name: key for name, (key, _how) in STOCK_COLD_SOURCES.items() if key in data}
+    if cold and len(cold) < len(STOCK_COLD_SOURCES):
+        missing = sorted(k for n, (k, _) in STOCK_COLD_SOURCES.items() if n not in cold)
+        raise SystemExit(f"{path}: the cold-call law needs {', '.join(missing)} too (benchmarks/stock_primitives.py "
+                         f"--sections gap)")
+    values.update({name: float(data[key]) for name, key in cold.items()})
     values["buffer_sample_per_call"] = float(data["buffer_sample_s"]) - 32 * float(data["buffer_sample_per_item_s"])
     return replace(StockCosts(), **values)
 
@@ -1086,6 +1095,36 @@ def _host_speed_line(speed: Mapping[str, Any]) -> str:
     return line
 
 
+def cold_call_summary(stock: Any, plane: Any, asked: bool) -> dict[str, Any]:
+    """The cold-call law in force (:mod:`conduit.sim.raycalls`): on, off by ``--no-cold-calls``, or off because
+    the stock primitives have no section ``gap``; its ramp and surcharges (seconds) when on."""
+    from conduit.sim.params import PlaneCosts
+
+    if not asked:
+        return {"state": "off (--no-cold-calls)"}
+    if stock.rpc_cold_after <= 0:
+        return {"state": "off (the stock primitives have no section gap: every call at its back-to-back cost)"}
+    p = plane or PlaneCosts()
+    return {"state": "on", "warm_within_s": stock.rpc_warm_within, "cold_after_s": stock.rpc_cold_after,
+            "caller_cpu_s": stock.rpc_cold_caller_cpu, "callee_cpu_s": stock.rpc_cold_callee_cpu,
+            "round_trip_s": stock.rpc_cold_round_trip, "plane_callee_cpu_s": p.cold_callee_cpu,
+            "plane_draw_s": p.cold_draw, "plane_priorities_s": p.cold_priorities,
+            "plane_round_trip_s": p.cold_call_round_trip}
+
+
+def _cold_call_line(cold: Mapping[str, Any]) -> str:
+    """The report's sentence on the cold-call law (:func:`cold_call_summary`)."""
+    if cold.get("state") != "on":
+        return f"Cold-call law (`conduit.sim.raycalls`): {cold.get('state', 'not recorded')}."
+    ms = {k: v * 1e3 for k, v in cold.items() if k.endswith("_s")}
+    return (f"Cold-call law (`conduit.sim.raycalls`): on. A call is warm within {ms['warm_within_s']:.2f} ms of its "
+            f"process's previous one and cold from {ms['cold_after_s']:.2f} ms; cold, it adds {ms['caller_cpu_s']:.3f} "
+            f"ms to the caller's CPU, {ms['callee_cpu_s']:.3f} ms to an RLlib actor's, "
+            f"{ms['plane_callee_cpu_s']:.3f} / {ms['plane_draw_s']:.3f} / {ms['plane_priorities_s']:.3f} ms to a "
+            f"plane actor's (control call / replay draw / priorities), round trips +{ms['round_trip_s']:.3f} ms "
+            f"(RLlib's call) and +{ms['plane_round_trip_s']:.3f} ms (the plane's).")
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     """The report as markdown tables."""
     lines = ["# Simulator validation: predicted vs measured (out of sample)", "",
@@ -1095,6 +1134,7 @@ def markdown(report: Mapping[str, Any]) -> str:
               f"plane costs: {report.get('plane_costs_source', 'built-in')}; "
               f"topology: {report['topology']}; simulator seed {SIM_SEED}."), "",
              _host_speed_line(report.get("host_speed") or {}), "",
+             _cold_call_line(report.get("cold_calls") or {}), "",
              "| workload | side | metric | predicted | measured | error |", "|---|---|---|---:|---:|---:|"]
     for r in report["rows"]:
         pct = r["metric"] == "experience_share"
@@ -1236,6 +1276,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="re-time each workload's EnvRunner sweep and learner update just before each real run "
                         "and report the prediction from them next to the calibration's (default: on; about "
                         "20-60 s per run)")
+    p.add_argument("--cold-calls", action=argparse.BooleanOptionalAction, default=True,
+                   help="charge Ray calls by the cold-call law (conduit.sim.raycalls) where --stock-primitives has "
+                        "its figures (section gap); --no-cold-calls charges every call its back-to-back cost")
     p.add_argument("--out", type=Path, default=Path("results/validation"))
     args = p.parse_args(argv)
     if args.quick:
@@ -1291,6 +1334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.contention is not None:
         calibration, source = with_contention(calibration, args.contention), f"{source} + {args.contention}"
     stock = stock_costs_from_primitives(args.stock_primitives)
+    if not args.cold_calls:
+        stock = replace(stock, rpc_warm_within=0.0, rpc_cold_after=0.0)
     plane = None  # the built-in PlaneCosts
     if args.plane_primitives is not None:  # read once, checked before any simulation
         from conduit.sim.cost_file import CostFileError, load_plane_costs
@@ -1362,6 +1407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load": load,
         "calibration_source": source,
         "stock_costs_source": str(args.stock_primitives),
+        "cold_calls": cold_call_summary(stock, plane, args.cold_calls),
         "plane_costs_source": str(args.plane_primitives or "built-in PlaneCosts (" + PLANE_PRIMITIVES_FILE + ")"),
         "clock": args.clock,
         "topology": topology.name,

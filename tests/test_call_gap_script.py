@@ -1,12 +1,9 @@
-"""``benchmarks/call_gap.py``'s own logic: its arguments are checked by name, and the costs per gap are measured
-as the figures say (the Ray half is ``ray.get`` of an empty actor call around the same function; it is run by
-hand, its figures are in the script's docstring and results/validation/NOTES.md)."""
+"""``benchmarks/call_gap.py``'s own logic: its arguments are checked by name and its report compares every gap
+with the first (the measurement itself, :func:`conduit.runtime.callgap.gap_costs`, is tested in
+tests/test_callgap.py; the Ray half is run by hand, its figures are in the script's docstring and
+results/validation/NOTES.md)."""
 
 from __future__ import annotations
-
-import os
-import time
-from pathlib import Path
 
 import pytest
 from _scripts import BENCH, load_script
@@ -25,28 +22,9 @@ def test_bad_arguments_are_refused_by_name(argv, named, capsys):
     assert exc.value.code == 2 and named in capsys.readouterr().err
 
 
-def _work() -> None:
-    end = time.process_time() + 2e-4  # 0.2 ms of this process's CPU per call
-    while time.process_time() < end:
-        pass
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc/<pid>/task (Linux)")
-def test_each_gap_gets_its_wall_time_and_both_processes_cpu():
-    rows = cg.gap_costs(_work, os.getpid(), os.getpid(), [0.0, 0.002], calls=5, blocks=1, idle_s=0.05)
-    assert [r["gap_s"] for r in rows] == [0.0, 0.002]
-    for r in rows:
-        assert 1.5e-4 <= r["wall_s"] < 0.05  # the call, not the gap before it
-        assert r["caller_cpu_s"] > 1e-4 and r["callee_cpu_s"] > 1e-4
-    with pytest.raises(ValueError, match="gap"):
-        cg.gap_costs(_work, os.getpid(), os.getpid(), [-1e-3], calls=1)
-    with pytest.raises(ValueError, match="calls"):
-        cg.gap_costs(_work, os.getpid(), os.getpid(), [0.0], calls=0)
-
-
 @settings(max_examples=30, deadline=None)
-@given(rows=st.lists(st.fixed_dictionaries({k: st.floats(1e-6, 1.0) for k in ("gap_s", "wall_s", "caller_cpu_s",
-                                                                                 "callee_cpu_s")}),
+@given(rows=st.lists(st.fixed_dictionaries({k: st.floats(1e-6, 1.0) for k in ("sleep_s", "interval_s", "wall_s",
+                                                                                 "caller_cpu_s", "callee_cpu_s")}),
                      min_size=1, max_size=6))
 def test_the_report_compares_every_gap_with_the_first(rows):
     lines = cg.report(rows).splitlines()
@@ -54,3 +32,20 @@ def test_the_report_compares_every_gap_with_the_first(rows):
     assert lines[1].split()[-3:] == ["1.00x", "1.00x", "1.00x"]
     for r, line in zip(rows, lines[1:], strict=True):
         assert line.split()[-3] == f"{r['wall_s'] / rows[0]['wall_s']:.2f}x"
+
+
+@settings(max_examples=30, deadline=None)
+@given(walls=st.lists(st.floats(1e-5, 0.01), min_size=2, max_size=8))
+def test_each_window_is_placed_between_back_to_back_and_spaced(walls):
+    names = ["back to back", "10 ms apart", *(f"window {i}" for i in range(len(walls) - 2))]
+    windows = dict(zip(names, walls, strict=True))
+    lines = cg.windows_report(windows).splitlines()[1:]
+    assert len(lines) == len(walls)
+    base, spaced = walls[0], walls[1]
+    for wall, line in zip(walls, lines, strict=True):
+        share = line.split()[-1]
+        if spaced == base:
+            assert share == "nan"
+        else:
+            assert share == f"{(wall - base) / (spaced - base):.2f}"
+    assert lines[0].split()[-1] in ("0.00", "-0.00", "nan")

@@ -115,3 +115,44 @@ def test_the_learner_section_times_dqns_handling_of_each_updates_results():
     assert "results 1..2" in out["learner_results_note"]
     pieces = out["learner_results_pieces_s"]  # the three pieces of the training step's work, at 1 and 2 results
     assert len(pieces) == 3 and all(len(v) == 2 and min(v) > 0 for v in pieces.values())
+
+
+def test_the_gap_section_writes_the_curve_and_the_law_derived_from_it(monkeypatch):
+    """Section ``gap`` on a stand-in for Ray whose actor call is a function call in this process: the series per
+    sleep, and the ramp and surcharges :mod:`conduit.runtime.callgap` derives from it, under the names
+    ``conduit.sim.params.STOCK_COLD_SOURCES`` reads."""
+    import os
+    import time
+
+    from conduit.runtime import callgap
+    from conduit.sim.params import STOCK_COLD_SOURCES
+
+    monkeypatch.setattr(callgap, "DEFAULT_SLEEPS_S", (0.0, 0.002))
+
+    class Remote:
+        def __init__(self, fn):
+            self.remote = fn
+
+    class FakeActor:
+        pid = Remote(lambda: os.getpid())
+
+        def __init__(self):
+            def apply(func):
+                end = time.process_time() + 1e-4
+                while time.process_time() < end:
+                    pass
+                return func(self)
+            self.apply = Remote(apply)
+
+    class FakeRay:
+        @staticmethod
+        def get(value, timeout=None):
+            return value
+
+    out = sp._gap_primitives(FakeRay, FakeActor(), repeats=4)
+    assert [r["sleep_s"] for r in out["rpc_gap_curve"]] == [0.0, 0.002]
+    assert set(out) == {"rpc_gap_curve"} | {key for key, _ in STOCK_COLD_SOURCES.values()}
+    warm, cold = callgap.cold_ramp(out["rpc_gap_curve"])
+    assert (out["rpc_warm_within_s"], out["rpc_cold_after_s"]) == (warm, cold)
+    extra = callgap.cold_figures(out["rpc_gap_curve"])
+    assert out["rpc_cold_caller_cpu_s"] == extra["caller_cpu_s"] and out["rpc_cold_round_trip_s"] == extra["wall_s"]

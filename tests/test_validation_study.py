@@ -979,3 +979,28 @@ def test_a_measured_zero_is_met_only_by_a_predicted_zero(metric, predicted):
     assert val.target_counts([row], [])[metric] == [int(predicted == 0.0), 1]
     assert (val.misses([row], []) == []) is (predicted == 0.0)
     assert (val._error_cell(row) == "exact (0)") is (predicted == 0.0)
+
+
+def test_the_cold_call_law_is_read_from_the_primitives_when_measured_and_said_when_not(tmp_path):
+    from conduit.sim.params import STOCK_COLD_SOURCES
+
+    data = json.loads((Path(__file__).parents[1] / val.DEFAULT_PRIMITIVES).read_text())
+    assert not set(data) & {k for k, _ in STOCK_COLD_SOURCES.values()}  # the committed file predates section gap
+    assert STOCK.rpc_cold_after == 0 and "off" in val.cold_call_summary(STOCK, None, True)["state"]
+    law = {"rpc_cold_round_trip_s": 1.7e-3, "rpc_cold_caller_cpu_s": 0.98e-3, "rpc_cold_callee_cpu_s": 0.63e-3,
+           "rpc_warm_within_s": 1.06e-3, "rpc_cold_after_s": 12.4e-3}
+    path = tmp_path / "prims.json"
+    path.write_text(json.dumps({**data, **law}))
+    costs = val.stock_costs_from_primitives(path)
+    assert (costs.rpc_cold_caller_cpu, costs.rpc_cold_callee_cpu, costs.rpc_cold_round_trip, costs.rpc_warm_within,
+            costs.rpc_cold_after) == tuple(law[k] for k in ("rpc_cold_caller_cpu_s", "rpc_cold_callee_cpu_s",
+                                                           "rpc_cold_round_trip_s", "rpc_warm_within_s",
+                                                           "rpc_cold_after_s"))
+    summary = val.cold_call_summary(costs, None, True)
+    assert summary["state"] == "on" and summary["cold_after_s"] == 12.4e-3
+    assert "cold from 12.40 ms" in val._cold_call_line(summary)
+    assert val.cold_call_summary(costs, None, False)["state"] == "off (--no-cold-calls)"
+    del law["rpc_cold_after_s"]  # half a law is refused, naming what is missing
+    path.write_text(json.dumps({**data, **law}))
+    with pytest.raises(SystemExit, match="rpc_cold_after_s"):
+        val.stock_costs_from_primitives(path)

@@ -30,7 +30,9 @@ Measured:
   :func:`conduit.runtime.proccpu.callee_cpu_per_call`): ``plane_actor_callee`` that control call,
   ``plane_replay_draw`` / ``plane_replay_priorities`` a prioritized Replay table's ``next_batch`` of n
   transition rows and its ``update_priorities`` of n ids, per call and per row, with the recovery
-  journal ``enable()`` deploys; ``plane_rebuild``, the learner's rebuilding of a delivered trajectory
+  journal ``enable()`` deploys; ``plane_actor_call_cold``, ``plane_actor_callee_cold``, ``plane_replay_draw_cold``
+  and ``plane_replay_priorities_cold``, what those calls add when they come 20 ms apart instead of back to back
+  (the simulator's cold-call law, :mod:`conduit.sim.raycalls`); ``plane_rebuild``, the learner's rebuilding of a delivered trajectory
   batch as RLlib episodes (``layout.py: rebuild_trajectories``), per call and per episode run.
 
 :func:`topology_yaml` turns the measurements into an explicit-form topology with a header comment
@@ -77,6 +79,11 @@ MiB = 1 << 20
 #: the nominal bandwidth of a figure with no per-byte term (a control call's round trip, CPU per call), and
 #: the rate from which :meth:`Measurement.summary` reads a figure as one
 NOMINAL_RATE = 1e18
+#: the cold-call surcharges (:mod:`conduit.sim.raycalls`): calls this long apart against back to back, and the
+#: replay table's rows at which its draw and priority update are timed so (DQN's 32-row batch lies between the
+#: sweep's 16 and 64)
+SPACED_SLEEP_S = 0.020
+COLD_ROWS = 64
 NO_PER_BYTE_TERM = NOMINAL_RATE / 10
 #: what a note says when a figure's sizes are rows, so its "bandwidth" is rows per second
 ROWS_PER_S = "sizes are rows, bandwidth is rows/s"
@@ -740,6 +747,7 @@ def _measure_replay_actor(ray: Any, plan: _Plan) -> list[Measurement]:
     (every thread, less its idle burn: :func:`conduit.runtime.proccpu.callee_cpu_per_call`), n = 16..256
     rows. Sizes are rows, so a figure's "bandwidth" is rows per second."""
     from conduit.contracts import Prioritized, Replay
+    from conduit.runtime.callgap import cold_figures, gap_costs
     from conduit.runtime.proccpu import callee_cpu_per_call
     from conduit.runtime.ray_plane import PlaneCluster
 
@@ -750,6 +758,7 @@ def _measure_replay_actor(ray: Any, plan: _Plan) -> list[Measurement]:
     chunk = {k: np.zeros((per_chunk, *shape), dtype=dtype) for k, (shape, dtype) in _TRANSITION.items()}
     rng = np.random.default_rng(0)
     draw, prio = [], []
+    cold: dict[str, tuple[list[dict[str, float]], float]] = {}
     for n in sizes:
         cluster = PlaneCluster.start(_TRANSITION, Replay(capacity=rows, replay_ratio=1.0, min_size=1, error_buffer=1e12,
                                                          sampler=Prioritized()),
@@ -762,6 +771,10 @@ def _measure_replay_actor(ray: Any, plan: _Plan) -> list[Measurement]:
             one_draw, one_update = _replay_calls(cluster, rng)
             draw.append(callee_cpu_per_call(one_draw, pid, calls=calls, blocks=blocks, idle_s=idle))
             prio.append(callee_cpu_per_call(one_update, pid, calls=calls, blocks=blocks, idle_s=idle))
+            if n == COLD_ROWS:  # the same calls back to back and spaced, side by side: the cold surcharge
+                for name, call in (("plane_replay_draw_cold", one_draw), ("plane_replay_priorities_cold", one_update)):
+                    rows_ = gap_costs(call, None, pid, (0.0, SPACED_SLEEP_S), calls=calls, blocks=blocks, idle_s=idle)
+                    cold[name] = (rows_, cold_figures(rows_)["callee_cpu_s"])
         finally:
             with contextlib.suppress(Exception):
                 cluster.shutdown()
@@ -777,7 +790,23 @@ def _measure_replay_actor(ray: Any, plan: _Plan) -> list[Measurement]:
                                f"default); median of {blocks} blocks of {calls} calls per size; rows "
                                f"{sizes[0]}..{sizes[-1]} ({len(sizes)}): {ROWS_PER_S}; {how}",
                                list(sizes), medians))
+    for name, (rows_, extra) in cold.items():
+        what = "next_batch" if "draw" in name else "update_priorities"
+        out.append(_cold_measurement(name, extra, calls * blocks * 2,
+                                     f"what a PlaneCluster.{what} of {COLD_ROWS} rows adds to the PlaneActor "
+                                     f"process's CPU (as above) when it comes {SPACED_SLEEP_S * 1e3:g} ms after the "
+                                     f"previous call instead of back to back", rows_, "callee_cpu_s"))
     return out
+
+
+def _cold_measurement(name: str, extra: float, samples: int, what: str, rows: list[dict[str, float]],
+                      figure: str) -> Measurement:
+    """A cold-call surcharge (:mod:`conduit.sim.raycalls`) as a per-call figure: ``latency`` is ``extra``
+    seconds; ``sizes`` the sleeps before the calls (ns) and ``medians`` the figure at each."""
+    return Measurement(name, NOMINAL_RATE, extra, samples,
+                       f"{what}: the spaced median less the back-to-back one (benchmarks/call_gap.py's method, "
+                       f"conduit.runtime.callgap); latency is seconds per call, no per-byte term",
+                       [round(r["sleep_s"] * 1e9) for r in rows], [r[figure] for r in rows])
 
 
 def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> list[Measurement]:
@@ -793,6 +822,7 @@ def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> list[Measurement]
         reason = f"ray is not importable ({type(exc).__name__}: {exc})"
         return [_failed(n, reason) for n in (name, *per_call)]
     from conduit.contracts import OnPolicy
+    from conduit.runtime.callgap import cold_figures, gap_costs
     from conduit.runtime.proccpu import callee_cpu_per_call
     from conduit.runtime.ray_plane import PlaneCluster
 
@@ -823,6 +853,17 @@ def _measure_plane_actor(plan: _Plan, host: dict[str, Any]) -> list[Measurement]
                                          f"the same wall time; median of {blocks} blocks of {calls} calls; latency "
                                          f"is CPU seconds per call, no per-byte term", [0], [cpu])
                     cpu_figures = [callee]
+                    rows_ = gap_costs(lambda: cluster.set_policy_version(next(version), timeout=60), None, pid,
+                                      (0.0, SPACED_SLEEP_S), calls=calls // 2, blocks=3,
+                                      idle_s=0.1 if plan.quick else 0.5)
+                    extra = cold_figures(rows_)
+                    what = f"PlaneCluster.set_policy_version {SPACED_SLEEP_S * 1e3:g} ms after the previous call"
+                    cpu_figures += [_cold_measurement("plane_actor_call_cold", extra["wall_s"], calls // 2 * 2,
+                                                      f"what {what} adds to its round trip (wall)", rows_, "wall_s"),
+                                    _cold_measurement("plane_actor_callee_cold", extra["callee_cpu_s"],
+                                                      calls // 2 * 3 * 2,
+                                                      f"what {what} adds to the PlaneActor process's CPU", rows_,
+                                                      "callee_cpu_s")]
             finally:  # before the Ray it runs on ends
                 with contextlib.suppress(Exception):
                     cluster.shutdown()

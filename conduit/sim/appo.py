@@ -246,11 +246,12 @@ class AppoLoop:
             yield from self.runner_metrics(runner)
             if self._stop:
                 return
+            reply = self.sample_reply(runner)  # this call's, before the runner's next call starts
             if self.path.route == "driver":
                 # the learner is decided when the driver shards a package (stock_appo_package)
                 chunk, _ = self.new_chunk(runner, self.layout.learners[0], self._runner_version[runner.id])
                 self._stock_pending += 1
-                self.env.process(self.stock_appo_path(runner, chunk, queues))
+                self.env.process(self.stock_appo_path(runner, chunk, queues, reply))
                 # backpressure: runners do not outrun the learners by more than max_lag batches each
                 limit = (w.max_lag + 2) * w.chunks_per_batch * len(queues)
                 while self._appo_any.queued + self._stock_pending > limit and not self._stop:
@@ -281,17 +282,20 @@ class AppoLoop:
             queue.in_flight -= 1
             queue.put(chunk.id)
 
-    def stock_appo_path(self, runner: RunnerRole, chunk: Chunk, queues: dict) -> Generator:
+    def stock_appo_path(self, runner: RunnerRole, chunk: Chunk, queues: dict,
+                        reply: tuple[float, float] | None = None) -> Generator:
         """Step 1 of the module docstring: serialise + put on the runner, the driver fetches the
-        reference; once a package holds every learner's share, step 2 shards it."""
+        reference; once a package holds every learner's share, step 2 shards it. ``reply``: the sample
+        call's ``(latency, driver's CPU)`` (:meth:`~conduit.sim.raycalls.ColdCallCosts.sample_reply`)."""
         s, w = self.stock, self.workload
+        trip, driver_cpu = reply or (self.reply_trip(0.0), self.caller_cpu(0.0))
         t0 = self.env.now
         yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes),
                             thread=("runner", runner.id))
         if not self.place_now(chunk.id, self.host_tier(runner.memory)):
             yield from self.place_in(chunk.id, self.host_tier(runner.memory))
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))  # the reply travels
-        yield from self.on_driver(s.rpc_driver_cpu + s.driver_bookkeeping)
+        yield self.env.timeout(trip)  # the reply travels
+        yield from self.on_driver(driver_cpu + s.driver_bookkeeping)
         self.stock_calls["sample_result"] += 1
         if self.layout.learners[0].index == 0 and not self._package:
             self.rec.span(self.version, "a", t0, self.env.now)
@@ -304,20 +308,21 @@ class AppoLoop:
     def stock_appo_package(self, package: list, queues: dict) -> Generator:
         """Step 2: ``ShardObjectRefIterator`` -- learner *i* gets the *i*-th contiguous slice of the
         package; one reference-only ``update`` call per learner."""
-        s = self.stock
         learners = self.layout.learners
         t_b = self.env.now
         self.stock_calls["package"] += 1
         shards = shard_object_refs(package, len(learners))
         self.stock_shards.append([len(shard) for shard in shards])
         for lr, shard in zip(learners, shards, strict=True):
-            yield from self.on_driver(s.rpc_driver_cpu)
+            caller, callee = self.start_call("driver", ("learner", lr.id))
+            yield from self.on_driver(self.caller_cpu(caller))
             self.stock_calls["update_call"] += 1
             for _, chunk in shard:
                 self.rec.chunks[chunk.id].learner = lr.id
-            self.env.process(self.stock_appo_update_call(lr, shard, queues[lr.id], t_b))
+            self.env.process(self.stock_appo_update_call(lr, shard, queues[lr.id], t_b, callee))
 
-    def stock_appo_update_call(self, lr: LearnerRole, shard: list, queue, t_b: float) -> Generator:
+    def stock_appo_update_call(self, lr: LearnerRole, shard: list, queue, t_b: float,
+                               cold: float = 0.0) -> Generator:
         """Step 3: one ``update`` call of the learner actor (``algorithms/impala/impala_learner.py:
         IMPALALearner.update``), run on the actor's main thread after the calls before it (a Ray actor runs
         its calls one at a time): ``training_data.solve_refs()`` is one ``ray.get`` of the shard's
@@ -325,17 +330,19 @@ class AppoLoop:
         ``_make_batch_if_necessary`` runs the learner connector once over all the shard's episodes (its last
         piece, ``NumpyToTensor``, makes the tensors); a GPU learner's ``_GPULoaderThread`` then copies the
         batch through pinned memory (``_to_device_safe``: a CPU copy into a pinned buffer, then DMA) into the
-        learner thread's ``CircularBuffer``, a CPU learner enqueues it there at once."""
+        learner thread's ``CircularBuffer``, a CPU learner enqueues it there at once. ``cold``: the learner's
+        share of the cold-call surcharge (:mod:`conduit.sim.raycalls`)."""
         s, w = self.stock, self.workload
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+        yield self.env.timeout(self.reply_trip(cold) / 2)
         main = self._appo_main[lr.id]
         yield main.acquire()
         try:
             t_get = self.env.now
             yield simpy.AllOf(self.env, [self.env.process(self.transfer(runner.memory, lr.memory, chunk.nbytes))
                                          for runner, chunk in shard])
-            yield from self.cpu(lr.node, sum(s.sample_deserialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes)
-                                             for _, chunk in shard), thread=main)
+            yield from self.cpu(lr.node, cold * s.rpc_cold_callee_cpu
+                                + sum(s.sample_deserialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes)
+                                      for _, chunk in shard), thread=main)
             for _, chunk in shard:
                 if not self.move_now(chunk.id, lr.pageable):
                     yield from self.move_to(chunk.id, lr.pageable)

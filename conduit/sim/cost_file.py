@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from conduit.errors import ConduitError, UnitError, shown
-from conduit.sim.params import PLANE_SOURCES, PlaneCosts, StockCosts
+from conduit.sim.params import PLANE_COLD_SOURCES, PLANE_SOURCES, PlaneCosts, StockCosts
 from conduit.units import Kind, parse_quantity
 
 
@@ -109,7 +109,11 @@ def _costs_from_mapping(cls: type, top: str, data: Any, source: str) -> Any:
                 raise CostFileError(source, field, f"must be an integer >= 1, got {shown(raw)}")
             value = int(value)
         values[key] = value
-    return replace(cls(), **values)
+    try:
+        return replace(cls(), **values)
+    except ConduitError as exc:  # fields that contradict each other (StockCosts' cold-call ramp)
+        field = next((f"{prefix}{k}" for k in values if str(exc).startswith(k)), None)
+        raise CostFileError(source, field, str(exc)) from None
 
 
 def _read_yaml(path: str | Path) -> Any:
@@ -147,14 +151,14 @@ def load_stock_costs(path: str | Path) -> StockCosts:
 
 def plane_costs_from_calibration(data: Mapping[str, Any], source: str) -> tuple[PlaneCosts, dict[str, str]]:
     """:class:`PlaneCosts` from a calibration's ``measurements`` (``conduit calibrate --plane-json``):
-    each field of :data:`~conduit.sim.params.PLANE_SOURCES` from its measurement's latency or
-    bandwidth; returns the costs and ``{field: "<file>: <measurement>.<figure>"}`` for the fields taken."""
+    each field of :data:`~conduit.sim.params.PLANE_SOURCES` (and of ``PLANE_COLD_SOURCES``, the cold-call law's,
+    where measured) from its measurement's latency or bandwidth; returns the costs and ``{field: "<file>: <measurement>.<figure>"}`` for the fields taken."""
     measurements = data.get("measurements")
     if not isinstance(measurements, Mapping):
         raise CostFileError(source, "measurements", "a calibration file needs a mapping of measurements")
     values: dict[str, float] = {}
     taken: dict[str, str] = {}
-    for name, (measurement, how) in PLANE_SOURCES.items():
+    for name, (measurement, how) in {**PLANE_SOURCES, **PLANE_COLD_SOURCES}.items():
         m = measurements.get(measurement)
         if not isinstance(m, Mapping) or not m.get("samples"):
             continue  # not measured there: the built-in value stays
@@ -166,7 +170,7 @@ def plane_costs_from_calibration(data: Mapping[str, Any], source: str) -> tuple[
             raise CostFileError(source, f"measurements.{measurement}.{figure}", "a bandwidth must be > 0")
         values[name] = float(value)
         taken[name] = f"{source}: {measurement}.{figure}"
-    if not taken:
+    if not set(taken) - set(PLANE_COLD_SOURCES):
         raise CostFileError(source, "measurements", "holds none of the plane's primitives ("
                                                     + ", ".join(sorted({m for m, _ in PLANE_SOURCES.values()})) + ")")
     return replace(PlaneCosts(), **values), taken

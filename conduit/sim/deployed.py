@@ -77,7 +77,10 @@ thread.
 costs its EnvRunner ``StockCosts.rpc_callee_cpu``; both sides add it on top of the measured round trip
 the same way. Ingest and batch deliveries add ``PlaneCosts.actor_callee_cpu`` to the plane's in-process
 work; a replay draw and a priority update are measured as whole calls on the actor
-(``PlaneCosts.replay_draw``, ``PlaneCosts.priorities``).
+(``PlaneCosts.replay_draw``, ``PlaneCosts.priorities``). Each of these figures is timed back to back; a call
+whose caller or plane actor has not started one lately pays the cold-call law's surcharges on top
+(:mod:`conduit.sim.raycalls`: the caller's CPU, the actor's work per call kind, ``PlaneCosts.cold_*``, and the
+trip), as RLlib's own calls do.
 
 **Sampling costs CPU.** A sample call holds its EnvRunner's thread and a core of its node for its
 duration, so the sender's packing and puts delay sampling, and the plane actor's copies (and a CPU
@@ -266,6 +269,14 @@ class DeployedRoute:
     def _half_trip(self) -> float:
         return max(0.0, self.plane.call_round_trip - self.stock.rpc_driver_cpu) / 2
 
+    def _plane_cold(self, caller: Any, lr: LearnerRole, callee_cold: float) -> tuple[float, float, float]:
+        """A call from ``caller`` to ``lr``'s node's plane actor starts now: what the cold-call law adds
+        (:mod:`conduit.sim.raycalls`) to the caller's CPU, to the trip (latency) and to the actor's work,
+        ``callee_cold`` being that call kind's surcharge on the actor (``PlaneCosts.cold_*``)."""
+        caller_share, callee_share = self.start_call(caller, ("plane", lr.node))
+        return (caller_share * self.stock.rpc_cold_caller_cpu, callee_share * self.plane_cold_trip,
+                callee_share * callee_cold)
+
     def _host_tier(self, lr: LearnerRole, nbytes: float) -> str:
         """The plane's tier for a chunk: the learner node's pinned memory while it has room, else pageable."""
         return lr.pinned if self.ledger.fits(lr.pinned, nbytes) else lr.pageable
@@ -280,13 +291,14 @@ class DeployedRoute:
         p, s = self.plane, self.stock
         nbytes = sum(c.nbytes for c, _ in group)
         via_store = nbytes >= p.inline_bytes
-        work = nbytes / p.pack_bandwidth + s.rpc_driver_cpu
+        cold_caller, cold_trip, cold_actor = self._plane_cold(("runner", runner.id), lr, p.cold_callee_cpu)
+        work = nbytes / p.pack_bandwidth + s.rpc_driver_cpu + cold_caller
         if via_store:
             work += s.put_per_call + nbytes / s.serialize_bandwidth
         half = self._half_trip
-        sender = [(self.runner_thread[runner.id], work), (None, half)]
+        sender = [(self.runner_thread[runner.id], work), (None, half + cold_trip)]
         actor = [(self.plane_actor[lr.node], p.actor_callee_cpu + p.ingest_per_call + nbytes / p.ingest_copy_bandwidth
-                  + (s.get_per_object if via_store else 0.0)), (None, half)]
+                  + (s.get_per_object if via_store else 0.0) + cold_actor), (None, half)]
         if before_place is None:
             yield from self._place(lr, group, nbytes)
             if runner.memory == lr.memory:
@@ -319,11 +331,14 @@ class DeployedRoute:
         # a replay draw is measured as the whole call on the actor (Ray's side included); a batch hand-out
         # in process, so Ray's side is added
         own = p.actor_callee_cpu + p.deliver_per_call if draw_rows is None else p.replay_draw(draw_rows)
-        work = own + nbytes / p.deliver_copy_bandwidth
+        cold_caller, cold_trip, cold_actor = self._plane_cold(self.learner_process(lr), lr,
+                                                              p.cold_callee_cpu if draw_rows is None else p.cold_draw)
+        work = own + cold_actor + nbytes / p.deliver_copy_bandwidth
         if via_store:
             work += s.put_per_call + nbytes / s.serialize_bandwidth
         learner = self.learner_thread[lr.id]
-        stages = [(learner, s.rpc_driver_cpu), (None, half), (self.plane_actor[lr.node], work), (None, half)]
+        stages = [(learner, s.rpc_driver_cpu + cold_caller), (None, half + cold_trip), (self.plane_actor[lr.node], work),
+                  (None, half)]
         if via_store:
             stages.append((learner, s.get_per_object))
         return stages
@@ -412,8 +427,9 @@ class DeployedRoute:
         self.chunk_ledger.placed(chunk.id, tier, nbytes, now)
         self.rec.chunks[chunk.id].tier = tier
         work, actor_work, half = self._ingest_costs(nbytes)
-        t = sender.serve(now, work, self.cpus[runner.node]) + half
-        t = actor.serve(t, actor_work, self.cpus[lr.node]) + half
+        cold_caller, cold_trip, cold_actor = self._plane_cold(("runner", runner.id), lr, self.plane.cold_callee_cpu)
+        t = sender.serve(now, work + cold_caller, self.cpus[runner.node]) + half + cold_trip
+        t = actor.serve(t, actor_work + cold_actor, self.cpus[lr.node]) + half
         slots = self.runner_slots[runner.id]
 
         def done(_event: Any) -> None:
@@ -493,25 +509,28 @@ class DeployedRoute:
         tickets = self.logical_runners
         for lr in state.learners:
             calls = self.weight(lr)  # a folded learner's node stands for this many learners' calls
-            yield from self.on_driver(self.update_call_cpu(tickets / self.logical_learners, 0.0, 0.0) * calls)
+            yield from self.on_driver(self.update_call_cpu(tickets / self.logical_learners, 0.0, 0.0, lr) * calls)
             if self.workload.local_learner:
                 state.update_call[lr.id].succeed()
             else:
-                self.env.process(self._deployed_call_arrives(state.update_call[lr.id]))
+                self.env.process(self._deployed_call_arrives(lr, state.update_call[lr.id]))
             self.stock_calls["update_call"] += calls
 
     def _deployed_ticket(self, runner: RunnerRole, state: Any) -> Generator:
         """A runner's reply under ``enable()``, once its sampling is done: one placeholder episode of no
         steps (the ticket), read by the driver once every reply is in
         (:meth:`~conduit.sim.engine.Simulation.read_runner_results`)."""
-        s = self.stock
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
-        yield from self.on_driver(s.rpc_driver_cpu * self.weight(runner))  # the reply handled as it comes
+        trip, driver_cpu = self.sample_reply(runner)
+        yield self.env.timeout(trip)
+        yield from self.on_driver(driver_cpu * self.weight(runner))  # the reply handled as it comes
         return 1, 0, 0.0
 
-    def _deployed_call_arrives(self, event: simpy.Event) -> Generator:
-        s = self.stock
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+    def _deployed_call_arrives(self, lr: LearnerRole, event: simpy.Event) -> Generator:
+        """The driver's ``update`` call reaches the learner actor (a cold learner's Ray side on its thread)."""
+        trip, cold = self.update_call_arrives(lr)
+        yield self.env.timeout(trip)
+        if cold > 0:
+            yield from self.on_learner(lr, cold)
         event.succeed()
 
     # ================================================================== APPO / IMPALA
@@ -527,6 +546,7 @@ class DeployedRoute:
         while not self._stop:
             yield from self.deployed_sample(runner, w.fragment_length)
             yield from self.deployed_runner_metrics(runner)  # as stock's (AppoLoop.appo_runner): before the chunk
+            reply = self.sample_reply(runner)  # this call's, before the runner's next call starts
             if self._stop:
                 return
             target = self.layout.target(runner, i)
@@ -537,7 +557,7 @@ class DeployedRoute:
             yield slots.acquire()
             if not self._ingest_now(runner, target, chunk, lambda q=landed, cid=chunk.id: q.put(cid)):
                 self.env.process(self._deployed_appo_chunk(runner, target, chunk, trace, landed))
-            self.env.process(self._deployed_appo_result())
+            self.env.process(self._deployed_appo_result(reply))
             while len(queue.items) + queue.in_flight > (w.max_lag + 2) * w.chunks_per_batch and not self._stop:
                 yield queue.changed()
 
@@ -548,26 +568,29 @@ class DeployedRoute:
             self.runner_slots[runner.id].release()
         landed.put(chunk.id)
 
-    def _deployed_appo_result(self) -> Generator:
+    def _deployed_appo_result(self, reply: tuple[float, float]) -> Generator:
         """The driver's side of one ``sample()`` result (an empty list): the reply and its bookkeeping;
         every ``chunks_per_batch x learners`` results make a package, and one ``update`` call per
-        learner (references only) follows."""
+        learner (references only) follows. ``reply``: the sample call's ``(latency, driver's CPU)``."""
         s, w = self.stock, self.workload
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
-        yield from self.on_driver(s.rpc_driver_cpu + s.driver_bookkeeping)
+        trip, driver_cpu = reply
+        yield self.env.timeout(trip)
+        yield from self.on_driver(driver_cpu + s.driver_bookkeeping)
         self.stock_calls["sample_result"] += 1
         self._deployed_results += 1
         learners = self.layout.learners
         if self._deployed_results % (w.chunks_per_batch * len(learners)) == 0:
             self.stock_calls["package"] += 1
             for lr in learners:
-                yield from self.on_driver(s.rpc_driver_cpu)
+                caller, callee = self.start_call("driver", ("learner", lr.id))
+                yield from self.on_driver(self.caller_cpu(caller))
                 self.stock_calls["update_call"] += 1
-                self.env.process(self._deployed_appo_call(lr))
+                self.env.process(self._deployed_appo_call(lr, callee))
 
-    def _deployed_appo_call(self, lr: LearnerRole) -> Generator:
-        s = self.stock
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+    def _deployed_appo_call(self, lr: LearnerRole, cold: float = 0.0) -> Generator:
+        yield self.env.timeout(self.reply_trip(cold) / 2)
+        if cold > 0:  # the learner actor's main thread serves the call's Ray side
+            yield from self.on_learner(lr, cold * self.stock.rpc_cold_callee_cpu)
         self._deployed_calls[lr.id] += 1
         self._appo_calls[lr.id].put(True)
 
@@ -669,7 +692,7 @@ class DeployedRoute:
             new = [proc.value for proc in procs]  # (ConditionValue[p] is a linear search)
             last_created = max(self._chunks[c].t_created if c in self._chunks else t0 for c in new)
             t_a = self.env.now
-            replies = [self.env.process(self._deployed_dqn_result()) for _ in runners]
+            replies = [self.env.process(self._deployed_dqn_result(r)) for r in runners]
             yield simpy.AllOf(self.env, replies)
             yield from self.read_runner_results([reply.value for reply in replies])
             self.rec.span(it, "a", t_a, self.env.now)
@@ -685,7 +708,7 @@ class DeployedRoute:
                 t_b = self.env.now
                 calls = []
                 for lr in learners:
-                    yield from self.on_driver(self.update_call_cpu(1, 0, 0.0))
+                    yield from self.on_driver(self.update_call_cpu(1, 0, 0.0, lr))
                     self.stock_calls["update_call"] += 1
                     calls.append(self.env.process(self._deployed_dqn_batch(lr, fetched[lr.id], update)))
                 yield simpy.AllOf(self.env, calls)
@@ -703,15 +726,18 @@ class DeployedRoute:
         submission on the learner's thread, then the call runs on its own); then the prefetch thread is asked
         for one more batch (``Prefetcher.request``)."""
         if self.workload.prioritized_replay:
-            yield from self.on_learner(lr, self.stock.rpc_driver_cpu)
-            self._deployed_priorities[lr.id].append(self.env.process(self._deployed_priority_call(lr)))
+            cold_caller, cold_trip, cold_actor = self._plane_cold(self.learner_process(lr), lr, self.plane.cold_priorities)
+            yield from self.on_learner(lr, self.stock.rpc_driver_cpu + cold_caller)
+            self._deployed_priorities[lr.id].append(self.env.process(self._deployed_priority_call(lr, cold_trip,
+                                                                                                  cold_actor)))
         yield self._deployed_requests[lr.id].put(True)
 
-    def _deployed_priority_call(self, lr: LearnerRole) -> Generator:
-        """``PlaneActor.update_priorities`` of one batch's ids: the trip there, the actor's work, the reply."""
+    def _deployed_priority_call(self, lr: LearnerRole, cold_trip: float = 0.0, cold_actor: float = 0.0) -> Generator:
+        """``PlaneActor.update_priorities`` of one batch's ids: the trip there, the actor's work, the reply
+        (``cold_*``: what the cold-call law adds, :meth:`_plane_cold`)."""
         p, half = self.plane, self._half_trip
         rows = self.workload.batch_size
-        yield from self._pipeline([(None, half), (self.plane_actor[lr.node], p.priorities(rows)),
+        yield from self._pipeline([(None, half + cold_trip), (self.plane_actor[lr.node], p.priorities(rows) + cold_actor),
                                    (None, half)])
         self.plane_calls["update_priorities"] += 1
         self.priorities_landed[lr.id].append(self.env.now)
@@ -726,13 +752,13 @@ class DeployedRoute:
         yield from self.deployed_runner_metrics(runner)  # get_metrics() in the same call, then the reply
         return pair[0].id
 
-    def _deployed_dqn_result(self) -> Generator:
+    def _deployed_dqn_result(self, runner: RunnerRole) -> Generator:
         """A runner's reply under ``enable()``: an empty list (its transitions went to the plane), handled
         as it comes and read, with its metrics, once every reply is in, as stock's are
         (:meth:`~conduit.sim.engine.Simulation.read_runner_results`: a get and the metrics' bookkeeping)."""
-        s = self.stock
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
-        yield from self.on_driver(s.rpc_driver_cpu)
+        trip, driver_cpu = self.sample_reply(runner)
+        yield self.env.timeout(trip)
+        yield from self.on_driver(driver_cpu)
         return 0, 0, 0.0
 
     def _deployed_dqn_sender(self, runner: RunnerRole, outbox: simpy.Store) -> Generator:
@@ -805,8 +831,10 @@ class DeployedRoute:
         to-tensor and the pageable copy (no connector pass: ``DirectReplay``)."""
         w = self.workload
         if not w.local_learner:
-            s = self.stock
-            yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+            trip, cold = self.update_call_arrives(lr)
+            yield self.env.timeout(trip)
+            if cold > 0:
+                yield from self.on_learner(lr, cold)
         selections, newest = yield fetched.get()
         # DirectReplay: the transition rows are the train batch, no episodes rebuilt
         yield from self.build_at_update_start(lr, w.batch_size, w.batch_size * w.bytes_per_step, rebuild=0.0,

@@ -23,7 +23,10 @@ Stock RLlib 2.60 (``ray/rllib/algorithms/dqn/dqn.py: DQN._training_step_new_api_
    it before its next ``sample()`` (:meth:`DqnLoop.dqn_weight_sync`).
 
 Every ``sample()`` call also costs the EnvRunner the callee's side of a Ray call (``StockCosts.rpc_callee_cpu``,
-:meth:`~conduit.sim.engine.Simulation.remote_sample_time`).
+:meth:`~conduit.sim.engine.Simulation.remote_sample_time`). DQN calls each EnvRunner once per env step and the
+learner once per update, tens of milliseconds apart: where the costs carry the cold-call law
+(:mod:`conduit.sim.raycalls`), such a call pays its surcharges, the weight sync's ``set_state`` first and the
+``sample()`` right after it warm.
 
 With a local learner (``num_learners=0``) steps 3's call and serialization are a function call.
 
@@ -125,7 +128,7 @@ class DqnLoop:
                 prep = []
                 for lr in learners:
                     if not w.local_learner:  # the shard as a call argument, pickled in the driver
-                        yield from self.on_driver(self.update_call_cpu(w.batch_size, w.batch_size, batch_bytes))
+                        yield from self.on_driver(self.update_call_cpu(w.batch_size, w.batch_size, batch_bytes, lr))
                     self.stock_calls["update_call"] += 1
                     prep.append(self.env.process(self._stock_dqn_batch(lr, batch_bytes, update, t_b)))
                 yield simpy.AllOf(self.env, prep)
@@ -184,14 +187,17 @@ class DqnLoop:
         w, s = self.workload, self.stock
         runners = self.layout.runners
         t_sync = self.env.now
+        get_state = 0.0
         if not w.local_learner:  # LearnerGroup.get_state: a call to the first remote learner
-            yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
+            caller, callee = self.start_call("driver", ("learner", self.layout.learners[0].id))
+            yield self.env.timeout(self.reply_trip(callee))
+            get_state = self.caller_cpu(caller)
         if self.team is not None and w.sync_spin_s > 0:  # the local EnvRunner's set_state: a region of the team
             self.team.region(w.weight_set_time, spin_s=w.sync_spin_s)
-        yield from self.on_driver(w.weight_sync_time + (0.0 if w.local_learner else s.rpc_driver_cpu)
-                                  + len(runners) * s.rpc_driver_cpu)
-        for runner in runners:
-            self.queue_on_runner(runner, s.rpc_callee_cpu + s.get_per_object + w.weight_set_time)
+        set_state = [self.start_call("driver", ("runner", runner.id)) for runner in runners]
+        yield from self.on_driver(w.weight_sync_time + get_state + sum(self.caller_cpu(c) for c, _ in set_state))
+        for runner, (_, callee) in zip(runners, set_state, strict=True):
+            self.queue_on_runner(runner, self.callee_cpu(callee) + s.get_per_object + w.weight_set_time)
         self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
 
     def _stock_dqn_fetch(self, runner: RunnerRole, cid: int) -> Generator:
@@ -204,9 +210,10 @@ class DqnLoop:
                             thread=("runner", runner.id))
         if not self.place_now(cid, self.host_tier(runner.memory)):
             yield from self.place_in(cid, self.host_tier(runner.memory))
-        yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu))
+        trip, driver_cpu = self.sample_reply(runner)
+        yield self.env.timeout(trip)
         yield from self.transfer(runner.memory, self.layout.driver_memory, w.chunk_bytes)
-        yield from self.on_driver(s.rpc_driver_cpu)  # the reply handled as it comes
+        yield from self.on_driver(driver_cpu)  # the reply handled as it comes
         if not self.move_now(cid, self.host_tier(self.layout.driver_memory)):
             yield from self.move_to(cid, self.host_tier(self.layout.driver_memory))
         return w.chunk_episodes, w.chunk_rows, w.chunk_bytes
@@ -232,10 +239,11 @@ class DqnLoop:
             t_d = self.env.now
             yield from self.on_driver(s.to_tensor(built))
         else:
-            yield self.env.timeout(max(0.0, s.rpc_overhead - s.rpc_driver_cpu) / 2)
+            trip, cold = self.update_call_arrives(lr)
+            yield self.env.timeout(trip)
             yield from self.transfer(self.layout.driver_memory, lr.memory, nbytes)
             thread = ("learner", lr.id)
-            yield from self.cpu(lr.node, s.shard_deserialize(w.batch_size, w.batch_size, nbytes), thread=thread)
+            yield from self.cpu(lr.node, cold + s.shard_deserialize(w.batch_size, w.batch_size, nbytes), thread=thread)
             t_c = self.env.now
             yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, w.batch_size, built),
                                 thread=thread)

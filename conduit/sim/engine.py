@@ -47,6 +47,7 @@ from conduit.sim.network import Network
 from conduit.sim.params import PlaneCosts, StockCosts
 from conduit.sim.ppo import PpoLoop
 from conduit.sim.provenance import provenance, steady_state, validity
+from conduit.sim.raycalls import ColdCallCosts
 from conduit.sim.resources import ComputeEngine, CpuPool, FifoServer, ThreadLane, TierLedger
 from conduit.sim.view import SimClusterView
 from conduit.sim.workload import Workload
@@ -135,7 +136,7 @@ class SimResult:
         return to_frame(self.to_rows(kind))
 
 
-class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse):
+class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse, ColdCallCosts):
     """One simulated training run. ``run()`` returns a :class:`SimResult`.
 
     ``memoize_view=False`` makes the policy's :class:`~conduit.sim.view.SimClusterView` recompute
@@ -190,6 +191,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
             plane_source = plane_source or (f"built-in: measured in {files[0]}" if files else None)
         self.stock, self.plane = stock or StockCosts(), plane
         self.plane_source = plane_source
+        self.start_cold_law()
         #: Conduit as enable() deploys it (:mod:`conduit.sim.deployed`), not the design target
         self.deployed = self.path.route == "direct" and self.path.deployment == "enable"
         if self.deployed:
@@ -319,15 +321,26 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         """``seconds`` of work on a core of ``node`` (:meth:`~conduit.sim.resources.CpuPool.work`)."""
         return self.cpus[node].work(seconds, urgent, compute, background, woken, thread)
 
-    def update_call_cpu(self, episodes: float, steps: float, nbytes: float) -> float:
+    def update_call_cpu(self, episodes: float, steps: float, nbytes: float, lr: LearnerRole | None = None) -> float:
         """The driver's own CPU for one ``LearnerGroup.update`` call to one learner (``learner_group.py``): a
         local learner (``num_learners=0``, ``is_local``) is called in place, ``self._learner.update(...)``
         (``local_call_overhead``); a remote one's argument is pickled, its arrays put into the object store,
-        and the call submitted (``rpc_driver_cpu`` + ``shard_serialize``), its round trip overlapping."""
+        and the call submitted (``rpc_driver_cpu`` + ``shard_serialize``), its round trip overlapping. ``lr``:
+        the call to that learner starts now (:mod:`conduit.sim.raycalls`; the learner's share is kept for its
+        side, :meth:`update_call_arrives`); without it the call is charged back to back."""
         s = self.stock
         if self.workload.local_learner:
             return s.local_call_overhead
-        return s.rpc_driver_cpu + s.shard_serialize(episodes, steps, nbytes)
+        caller = 0.0
+        if lr is not None:
+            caller, self.update_call_shares[lr.id] = self.start_call("driver", ("learner", lr.id))
+        return self.caller_cpu(caller) + s.shard_serialize(episodes, steps, nbytes)
+
+    def update_call_arrives(self, lr: LearnerRole) -> tuple[float, float]:
+        """``(latency, learner's extra CPU)`` of the ``LearnerGroup.update`` call to ``lr`` in flight: half the
+        round trip less the driver's CPU, and what the law adds for a cold learner."""
+        share = self.update_call_shares.pop(lr.id, 0.0)
+        return self.reply_trip(share) / 2, share * self.stock.rpc_cold_callee_cpu
 
     def read_runner_results(self, results: Sequence[tuple[float, float, float] | None],
                             weights: Sequence[int] | None = None) -> Generator:
@@ -414,12 +427,13 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         so the runner first serves the calls queued on its actor since its last sample (DQN: the weight
         sync's ``set_state``, :meth:`~conduit.sim.dqn.DqnLoop.dqn_weight_sync`; Ray runs an actor's calls in
         order), then this call's own dispatch (``StockCosts.rpc_callee_cpu``: every ``foreach_actor`` call is
-        ``actor.apply.remote(func=...)``); a later piece of the same call (``call=False``: a fragment the
+        ``actor.apply.remote(func=...)``; cold by the law of :mod:`conduit.sim.raycalls`, the call's shares kept
+        for its reply); a later piece of the same call (``call=False``: a fragment the
         model splits into chunks) pays neither. Then the sampling itself (:meth:`sample_time`)."""
         if not call:
             return self.sample_time(vector_steps)
         queued = self._runner_queued.pop(runner.id, 0.0)
-        return queued + self.stock.rpc_callee_cpu + self.sample_time(vector_steps)
+        return queued + self.start_sample_call(runner) + self.sample_time(vector_steps)
 
     def runner_metrics(self, runner: RunnerRole) -> Generator:
         """What the remote ``sample()`` call runs on the EnvRunner after ``sample()`` returns and before it

@@ -101,6 +101,11 @@ CPU costs are per core of the reference VM. On cluster topologies they are divid
 the reference VM's core for this pointer-chasing, pickling-bound code -- our estimate, stated here so
 a reader can change it).
 
+The ``rpc_cold_*``, ``rpc_warm_within`` and ``rpc_cold_after`` fields are the cold-call law
+(:mod:`conduit.sim.raycalls`): what a call adds when its caller or callee has not started one lately, from
+section ``gap`` of ``benchmarks/stock_primitives.py`` (``STOCK_COLD_SOURCES``). :data:`STOCK_PRIMITIVES_FILE`
+predates that section, so the built-in costs carry no law (0: every call at its back-to-back cost).
+
 :class:`PlaneCosts` are Conduit's own costs: writing a chunk columnar into a preallocated staging
 slot is a memcpy (``ingest_copy_bandwidth``), and the per-sample connector work is the same work as
 stock's (we do not assume our batch building is cheaper; we only move it off the critical path).
@@ -110,6 +115,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from conduit.errors import ConduitError
 
 #: the microbenchmark file every measured :class:`StockCosts` default comes from
 STOCK_PRIMITIVES_FILE = "benchmarks/stock_primitives.2core-vm.json"
@@ -142,6 +149,16 @@ STOCK_SOURCES: dict[str, tuple[str, str]] = {
     "driver_bookkeeping": ("driver_bookkeeping_s", "as measured"),
     "learner_results_per_call": ("learner_results_per_call_s", "as measured"),
     "learner_results_per_result": ("learner_results_per_result_s", "as measured"),
+}
+#: StockCosts fields of the cold-call law (:mod:`conduit.sim.raycalls`), from section ``gap`` of a
+#: ``benchmarks/stock_primitives.py`` file; a file measured before that section keeps them 0 (no law: every
+#: call at its back-to-back cost) and a study reading it says so
+STOCK_COLD_SOURCES: dict[str, tuple[str, str]] = {
+    "rpc_cold_round_trip": ("rpc_cold_round_trip_s", "as measured"),
+    "rpc_cold_caller_cpu": ("rpc_cold_caller_cpu_s", "as measured"),
+    "rpc_cold_callee_cpu": ("rpc_cold_callee_cpu_s", "as measured"),
+    "rpc_warm_within": ("rpc_warm_within_s", "as measured"),
+    "rpc_cold_after": ("rpc_cold_after_s", "as measured"),
 }
 
 
@@ -183,6 +200,18 @@ class StockCosts:
     driver_poll_cores: float = 0.85  # benchmarks/appo_driver_loop.py (see the module doc)
     learner_poll_cores: float = 0.151  # benchmarks/appo_learner_poll.py (see the module doc)
     poll_neighbour_cost: float = 1.163  # benchmarks/appo_learner_poll.py (see the module doc)
+    # the cold-call law (conduit.sim.raycalls): what a call adds when its caller / callee has not started one
+    # for rpc_cold_after seconds (none within rpc_warm_within: back to back); all 0 here: no law
+    rpc_cold_round_trip: float = 0.0
+    rpc_cold_caller_cpu: float = 0.0
+    rpc_cold_callee_cpu: float = 0.0
+    rpc_warm_within: float = 0.0
+    rpc_cold_after: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rpc_cold_after > 0 and self.rpc_warm_within > self.rpc_cold_after:
+            raise ConduitError(f"rpc_warm_within ({self.rpc_warm_within!r} s) must not exceed rpc_cold_after "
+                               f"({self.rpc_cold_after!r} s): a call is warm up to the first and cold from the second")
 
     def sample_serialize(self, episodes: float, steps: float, nbytes: float) -> float:
         """EnvRunner side of returning sampled episodes (one object: Ray's serializer over the list, its
@@ -254,6 +283,15 @@ PLANE_SOURCES: dict[str, tuple[str, str]] = {
     "rebuild_per_call": ("plane_rebuild", "latency: a learner's rebuild_trajectories of a delivered batch, per call"),
     "rebuild_runs_per_s": ("plane_rebuild", "bandwidth: the same, episode runs per second"),
 }
+#: PlaneCosts fields of the cold-call law (:mod:`conduit.sim.raycalls`), from a calibration that measured them
+#: (``conduit calibrate`` since 2026-12-07); :data:`PLANE_PRIMITIVES_FILE` predates them, so they default to 0
+PLANE_COLD_SOURCES: dict[str, tuple[str, str]] = {
+    "cold_call_round_trip": ("plane_actor_call_cold",
+                             "latency: what a cold PlaneActor control call adds to its round trip"),
+    "cold_callee_cpu": ("plane_actor_callee_cold", "latency: what a cold control call adds to the actor's CPU"),
+    "cold_draw": ("plane_replay_draw_cold", "latency: what a cold replay draw adds to the actor's CPU"),
+    "cold_priorities": ("plane_replay_priorities_cold", "latency: what a cold priority update adds to the actor's CPU"),
+}
 
 
 @dataclass(frozen=True)
@@ -314,6 +352,11 @@ class PlaneCosts:
     priorities_rows_per_s: float = 786.2e3
     rebuild_per_call: float = 0.0
     rebuild_runs_per_s: float = 32.84e3
+    # the cold-call law (conduit.sim.raycalls) on the plane actor's side; 0: the shipped file predates it
+    cold_call_round_trip: float = 0.0
+    cold_callee_cpu: float = 0.0
+    cold_draw: float = 0.0
+    cold_priorities: float = 0.0
 
     def scaled(self, factor: float) -> PlaneCosts:
         """Every measured cost multiplied by ``factor`` (times up, bandwidths down); settings kept.
@@ -333,7 +376,10 @@ class PlaneCosts:
                        priorities_per_call=self.priorities_per_call * factor,
                        priorities_rows_per_s=self.priorities_rows_per_s / factor if factor else inf,
                        rebuild_per_call=self.rebuild_per_call * factor,
-                       rebuild_runs_per_s=self.rebuild_runs_per_s / factor if factor else inf)
+                       rebuild_runs_per_s=self.rebuild_runs_per_s / factor if factor else inf,
+                       cold_call_round_trip=self.cold_call_round_trip * factor,
+                       cold_callee_cpu=self.cold_callee_cpu * factor, cold_draw=self.cold_draw * factor,
+                       cold_priorities=self.cold_priorities * factor)
 
     def rebuild(self, runs: float, nbytes: float) -> float:
         """A learner's ``rebuild_trajectories`` of a delivered batch of ``runs`` episode runs and ``nbytes``
