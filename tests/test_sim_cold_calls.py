@@ -117,7 +117,9 @@ def test_deployed_dqn_with_every_plane_call_cold_lies_between_the_back_to_back_a
         caller, callee, plane_callee, draw, priorities, plane_trip, local):
     """Under ``enable()`` a process starts calls in the same instant (a local learner's prefetch thread draws as
     the driver calls its EnvRunner): the second is warm by the law, so the run is not the spaced model exactly,
-    but no shorter than the back-to-back one and no longer than the spaced one."""
+    but no shorter than the back-to-back one and, with a local learner, no longer than the spaced one. (A remote
+    learner's thread also serves the law's surcharge on the driver's ``update`` call, which the spaced model has
+    no figure for, and that work queues ahead of the learner's plane calls: no upper bound there.)"""
     base, plane = StockCosts(), PlaneCosts()
     cold_stock = replace(base, rpc_cold_caller_cpu=caller, rpc_cold_callee_cpu=callee,
                          rpc_cold_round_trip=caller + callee, rpc_warm_within=0.0, rpc_cold_after=1e-9)
@@ -132,7 +134,9 @@ def test_deployed_dqn_with_every_plane_call_cold_lies_between_the_back_to_back_a
     got = _run("dqn", "conduit", cold_stock, cold_plane, local=local)["iteration_time_s"]
     spaced = _run("dqn", "conduit", spaced_stock, spaced_plane, local=local)["iteration_time_s"]
     warm = _run("dqn", "conduit", base, plane, local=local)["iteration_time_s"]
-    assert warm * (1 - 1e-9) <= got <= spaced * (1 + 1e-9) + (0.0 if local else callee)
+    assert warm * (1 - 1e-9) <= got
+    if local:
+        assert got <= spaced * (1 + 1e-9)
 
 
 def test_cold_calls_lengthen_a_dqn_round():
