@@ -195,7 +195,9 @@ class DqnLoop:
         if self.team is not None and w.sync_spin_s > 0:  # the local EnvRunner's set_state: a region of the team
             self.team.region(w.weight_set_time, spin_s=w.sync_spin_s)
         set_state = [self.start_call("driver", ("runner", runner.id)) for runner in runners]
-        yield from self.on_driver(w.weight_sync_time + get_state + sum(self.caller_cpu(c) for c, _ in set_state))
+        cold = sum(caller for caller, _ in set_state)  # the set_state calls' shares of the caller's surcharge
+        yield from self.on_driver(w.weight_sync_time + get_state
+                                  + (len(runners) * s.rpc_driver_cpu + cold * s.rpc_cold_caller_cpu))
         for runner, (_, callee) in zip(runners, set_state, strict=True):
             self.queue_on_runner(runner, self.callee_cpu(callee) + s.get_per_object + w.weight_set_time)
         self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
