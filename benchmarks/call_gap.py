@@ -157,10 +157,9 @@ def law_windows(ray, Echo, echo, calls: int) -> dict[str, float]:
     out["right after a 10 ms call"] = timed(lambda: ray.get(echo.work.remote(WINDOW_GAP_S), timeout=CALL_TIMEOUT_S))
     actors = [echo, *(Echo.remote() for _ in range(7))]
     ray.get([x.pid.remote() for x in actors], timeout=CALL_TIMEOUT_S)
-    turn = iter(range(10**9))
     walls = []
-    for _ in range(calls * 2):
-        target = actors[next(turn) % len(actors)]
+    for i in range(calls * 2):
+        target = actors[i % len(actors)]
         t = time.perf_counter()
         ray.get(target.f.remote(), timeout=CALL_TIMEOUT_S)
         walls.append(time.perf_counter() - t)

@@ -282,13 +282,12 @@ class AppoLoop:
             queue.in_flight -= 1
             queue.put(chunk.id)
 
-    def stock_appo_path(self, runner: RunnerRole, chunk: Chunk, queues: dict,
-                        reply: tuple[float, float] | None = None) -> Generator:
+    def stock_appo_path(self, runner: RunnerRole, chunk: Chunk, queues: dict, reply: tuple[float, float]) -> Generator:
         """Step 1 of the module docstring: serialise + put on the runner, the driver fetches the
         reference; once a package holds every learner's share, step 2 shards it. ``reply``: the sample
         call's ``(latency, driver's CPU)`` (:meth:`~conduit.sim.raycalls.ColdCallCosts.sample_reply`)."""
         s, w = self.stock, self.workload
-        trip, driver_cpu = reply or (self.reply_trip(0.0), self.caller_cpu(0.0))
+        trip, driver_cpu = reply
         t0 = self.env.now
         yield from self.cpu(runner.node, s.sample_serialize(w.chunk_episodes, w.chunk_rows, chunk.nbytes),
                             thread=("runner", runner.id))
@@ -321,8 +320,7 @@ class AppoLoop:
                 self.rec.chunks[chunk.id].learner = lr.id
             self.env.process(self.stock_appo_update_call(lr, shard, queues[lr.id], t_b, callee))
 
-    def stock_appo_update_call(self, lr: LearnerRole, shard: list, queue, t_b: float,
-                               cold: float = 0.0) -> Generator:
+    def stock_appo_update_call(self, lr: LearnerRole, shard: list, queue, t_b: float, cold: float) -> Generator:
         """Step 3: one ``update`` call of the learner actor (``algorithms/impala/impala_learner.py:
         IMPALALearner.update``), run on the actor's main thread after the calls before it (a Ray actor runs
         its calls one at a time): ``training_data.solve_refs()`` is one ``ray.get`` of the shard's

@@ -587,7 +587,7 @@ class DeployedRoute:
                 self.stock_calls["update_call"] += 1
                 self.env.process(self._deployed_appo_call(lr, callee))
 
-    def _deployed_appo_call(self, lr: LearnerRole, cold: float = 0.0) -> Generator:
+    def _deployed_appo_call(self, lr: LearnerRole, cold: float) -> Generator:
         yield self.env.timeout(self.reply_trip(cold) / 2)
         if cold > 0:  # the learner actor's main thread serves the call's Ray side
             yield from self.on_learner(lr, cold * self.stock.rpc_cold_callee_cpu)
@@ -732,7 +732,7 @@ class DeployedRoute:
                                                                                                   cold_actor)))
         yield self._deployed_requests[lr.id].put(True)
 
-    def _deployed_priority_call(self, lr: LearnerRole, cold_trip: float = 0.0, cold_actor: float = 0.0) -> Generator:
+    def _deployed_priority_call(self, lr: LearnerRole, cold_trip: float, cold_actor: float) -> Generator:
         """``PlaneActor.update_priorities`` of one batch's ids: the trip there, the actor's work, the reply
         (``cold_*``: what the cold-call law adds, :meth:`_plane_cold`)."""
         p, half = self.plane, self._half_trip

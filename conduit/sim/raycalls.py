@@ -92,11 +92,6 @@ class CallClock:
         self._last[callee] = max(now, self._last.get(callee, now))
         return shares
 
-    def mark(self, process: Hashable, now: float) -> None:
-        """``process`` starts a call at ``now`` whose other side is not modelled as a process."""
-        if self.ramp.active:
-            self._last[process] = max(now, self._last.get(process, now))
-
 
 class ColdCallCosts:
     """The law charged: a mixin of :class:`~conduit.sim.engine.Simulation` (which sets ``stock``, ``plane``,
