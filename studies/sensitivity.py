@@ -67,8 +67,11 @@ QUICK_BYTES_SCALES = [1.0, 10.0]
 #: multiples of the measured stock costs
 COST_SCALES = [0.25, 1.0, 4.0]
 QUICK_COST_SCALES = [1.0, 4.0]
-#: the stock model's per-call (round-trip and object-store call) costs
-RPC_FIELDS = ("rpc_overhead", "rpc_driver_cpu", "get_per_object", "put_per_call")
+#: the stock model's per-call (round-trip and object-store call) costs: both processes' CPU per Ray call, its
+#: round trip, what a cold call adds to each (the cold-call law's surcharges; its ramp is a time, not a cost,
+#: and stays), and the object store's fixed get and put
+RPC_FIELDS = ("rpc_overhead", "rpc_driver_cpu", "rpc_callee_cpu", "rpc_cold_round_trip", "rpc_cold_caller_cpu",
+              "rpc_cold_callee_cpu", "get_per_object", "put_per_call")
 #: pickling and unpickling per episode; ``serialize_bandwidth`` is divided by the scale
 SERIALISATION_FIELDS = ("sample_serialize_per_episode", "sample_deserialize_per_episode",
                         "shard_serialize_per_episode", "shard_deserialize_per_episode", "serialize_bandwidth")

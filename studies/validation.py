@@ -137,7 +137,8 @@ def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
     """:class:`~conduit.sim.params.StockCosts` from a ``benchmarks/stock_primitives.py`` JSON file, by the
     field mapping of :data:`~conduit.sim.params.STOCK_SOURCES` (fields it does not map keep their defaults) and,
     where the file has section ``gap``, of :data:`~conduit.sim.params.STOCK_COLD_SOURCES` (the cold-call law,
-    :mod:`conduit.sim.raycalls`; without it every call is charged its back-to-back cost)."""
+    :mod:`conduit.sim.raycalls`; without it every call is charged its back-to-back cost, even though the built-in
+    costs carry a law: theirs was measured on another day)."""
     from conduit.sim.params import STOCK_COLD_SOURCES, STOCK_SOURCES, StockCosts
 
     data = json.loads(Path(path).read_text())
@@ -152,7 +153,8 @@ def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
         missing = sorted(k for n, (k, _) in STOCK_COLD_SOURCES.items() if n not in cold)
         raise SystemExit(f"{path}: the cold-call law needs {', '.join(missing)} too (benchmarks/stock_primitives.py "
                          f"--sections gap)")
-    values.update({name: float(data[key]) for name, key in cold.items()})
+    # a file without the section has no law, whatever the built-in costs carry: its window's calls were not timed spaced
+    values.update({name: float(data[key]) if cold else 0.0 for name, (key, _how) in STOCK_COLD_SOURCES.items()})
     values["buffer_sample_per_call"] = float(data["buffer_sample_s"]) - 32 * float(data["buffer_sample_per_item_s"])
     return replace(StockCosts(), **values)
 

@@ -1,6 +1,7 @@
 """The cold-call law (:mod:`conduit.sim.raycalls`): the ramp, the per-process clock, and the law as the simulation
-charges it -- off (the built-in costs) it changes nothing; with every call cold it is the back-to-back model with
-the spaced figures, call for call."""
+charges it -- off it changes nothing; with every call cold it is the back-to-back model with the spaced figures,
+call for call. The built-in costs carry a measured law (section ``gap`` merged into the shipped files), so the
+properties start from :data:`STOCK_NO_LAW` / :data:`PLANE_NO_LAW`, those costs with the law's fields at 0."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from conduit.sim.raycalls import CallClock, ColdRamp
 from conduit.sim.run import simulate
 from conduit.topology import topology_from_dict
 
+#: the built-in costs without the cold-call law (every call at its back-to-back figure)
+STOCK_NO_LAW = replace(StockCosts(), rpc_cold_round_trip=0.0, rpc_cold_caller_cpu=0.0, rpc_cold_callee_cpu=0.0,
+                       rpc_warm_within=0.0, rpc_cold_after=0.0)
+PLANE_NO_LAW = replace(PlaneCosts(), cold_call_round_trip=0.0, cold_callee_cpu=0.0, cold_draw=0.0, cold_priorities=0.0)
 SIM = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 seconds = st.floats(0.0, 0.05)
 
@@ -63,7 +68,8 @@ def _topology():
 def _run(algorithm, policy, stock, plane=None, iterations=None, local=False):
     overrides = {"runners_per_gpu": 1, "local_learner": local}
     iterations = iterations or {"ppo": 3, "dqn": 40, "appo": 12}[algorithm]
-    return simulate(_topology(), algorithm, policy, iterations=iterations, stock_costs=stock, plane_costs=plane,
+    return simulate(_topology(), algorithm, policy, iterations=iterations, stock_costs=stock,
+                    plane_costs=PLANE_NO_LAW if plane is None else plane,
                     overrides=overrides).to_dict()["metrics"]
 
 
@@ -74,17 +80,17 @@ surcharge = st.floats(1e-5, 2e-3)
 @given(algorithm=st.sampled_from(["ppo", "dqn", "appo"]), policy=st.sampled_from(["rllib-stock", "conduit"]),
        warm=st.floats(0.0, 0.01), span=st.floats(1e-6, 0.02))
 def test_a_law_of_zero_surcharges_changes_nothing(algorithm, policy, warm, span):
-    with_law = replace(StockCosts(), rpc_warm_within=warm, rpc_cold_after=warm + span)
-    assert _run(algorithm, policy, with_law) == _run(algorithm, policy, StockCosts())
+    with_law = replace(STOCK_NO_LAW, rpc_warm_within=warm, rpc_cold_after=warm + span)
+    assert _run(algorithm, policy, with_law) == _run(algorithm, policy, STOCK_NO_LAW)
 
 
 @SIM
 @given(algorithm=st.sampled_from(["ppo", "dqn", "appo"]), policy=st.sampled_from(["rllib-stock", "conduit"]),
        caller=surcharge, callee=surcharge, trip=st.floats(0.0, 2e-3))
 def test_surcharges_without_a_ramp_change_nothing(algorithm, policy, caller, callee, trip):
-    costs = replace(StockCosts(), rpc_cold_caller_cpu=caller, rpc_cold_callee_cpu=callee,
+    costs = replace(STOCK_NO_LAW, rpc_cold_caller_cpu=caller, rpc_cold_callee_cpu=callee,
                     rpc_cold_round_trip=caller + callee + trip)
-    assert _run(algorithm, policy, costs) == _run(algorithm, policy, StockCosts())
+    assert _run(algorithm, policy, costs) == _run(algorithm, policy, STOCK_NO_LAW)
 
 
 @SIM
@@ -96,7 +102,7 @@ def test_every_call_cold_is_the_back_to_back_model_with_the_spaced_figures(algor
     are the spaced ones (the round trip grown by the caller's surcharge and the residual trip). A remote
     learner's Ray side of the ``update`` call has no back-to-back figure in the model (``rpc_callee_cpu`` is the
     EnvRunner's), only the law's surcharge: there the cold run is the longer one."""
-    base = StockCosts()
+    base = STOCK_NO_LAW
     cold = replace(base, rpc_cold_caller_cpu=caller, rpc_cold_callee_cpu=callee,
                    rpc_cold_round_trip=caller + callee + trip, rpc_warm_within=0.0, rpc_cold_after=1e-9)
     spaced = replace(base, rpc_driver_cpu=base.rpc_driver_cpu + caller, rpc_callee_cpu=base.rpc_callee_cpu + callee,
@@ -120,7 +126,7 @@ def test_deployed_dqn_with_every_plane_call_cold_lies_between_the_back_to_back_a
     but no shorter than the back-to-back one and, with a local learner, no longer than the spaced one. (A remote
     learner's thread also serves the law's surcharge on the driver's ``update`` call, which the spaced model has
     no figure for, and that work queues ahead of the learner's plane calls: no upper bound there.)"""
-    base, plane = StockCosts(), PlaneCosts()
+    base, plane = STOCK_NO_LAW, PLANE_NO_LAW
     cold_stock = replace(base, rpc_cold_caller_cpu=caller, rpc_cold_callee_cpu=callee,
                          rpc_cold_round_trip=caller + callee, rpc_warm_within=0.0, rpc_cold_after=1e-9)
     cold_plane = replace(plane, cold_call_round_trip=caller + plane_callee + plane_trip, cold_callee_cpu=plane_callee,
@@ -140,7 +146,7 @@ def test_deployed_dqn_with_every_plane_call_cold_lies_between_the_back_to_back_a
 
 
 def test_cold_calls_lengthen_a_dqn_round():
-    base = StockCosts()
+    base = STOCK_NO_LAW
     cold = replace(base, rpc_cold_caller_cpu=1e-3, rpc_cold_callee_cpu=1e-3, rpc_cold_round_trip=2.5e-3,
                    rpc_warm_within=1e-3, rpc_cold_after=5e-3)
     for policy in ("rllib-stock", "conduit"):
@@ -159,3 +165,13 @@ def test_a_cost_file_whose_ramp_falls_is_refused_naming_the_file_and_the_field(t
     path.write_text("rpc_warm_within: 1 ms\nrpc_cold_after: 12 ms\nrpc_cold_caller_cpu: 0.9 ms\n")
     costs = load_stock_costs(path)
     assert (costs.rpc_warm_within, costs.rpc_cold_after, costs.rpc_cold_caller_cpu) == pytest.approx((1e-3, 12e-3, 9e-4))
+
+
+def test_the_built_in_costs_carry_the_measured_law_and_it_lengthens_dqn_rounds():
+    """The shipped cost files hold section ``gap`` and the plane's ``*_cold`` figures: a default run charges the
+    law (DQN calls its EnvRunner about once per 20 ms: cold), so it is longer than the same run without it."""
+    assert 0 < StockCosts().rpc_warm_within < StockCosts().rpc_cold_after
+    assert min(PlaneCosts().cold_callee_cpu, PlaneCosts().cold_draw, PlaneCosts().cold_call_round_trip) > 0
+    for policy in ("rllib-stock", "conduit"):
+        law = _run("dqn", policy, StockCosts(), PlaneCosts())["iteration_time_s"]
+        assert law > _run("dqn", policy, STOCK_NO_LAW)["iteration_time_s"], policy

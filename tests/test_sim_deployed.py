@@ -29,7 +29,7 @@ from conduit.sim.cost_file import (
 )
 from conduit.sim.deployed import MULTI_LEARNER_WARNING
 from conduit.sim.engine import Simulation
-from conduit.sim.params import PLANE_PRIMITIVES_FILE, PLANE_SOURCES, PlaneCosts, StockCosts
+from conduit.sim.params import PLANE_COLD_SOURCES, PLANE_PRIMITIVES_FILE, PLANE_SOURCES, PlaneCosts, StockCosts
 from conduit.sim.run import simulate
 from conduit.sim.workload import load_workload
 from conduit.topology import load_topology, topology_from_dict
@@ -337,11 +337,14 @@ def test_deployed_runs_keep_the_contracts(algorithm, scale, inline, runners, nod
 # ------------------------------------------------------------------ costs measured, not assumed
 def test_plane_cost_defaults_restate_the_measured_file():
     costs, taken = default_plane_costs()
-    assert set(taken) == set(PLANE_SOURCES)
+    assert set(taken) == set(PLANE_SOURCES) | set(PLANE_COLD_SOURCES)
     assert all(v.startswith(PLANE_PRIMITIVES_FILE) for v in taken.values())
     builtin = PlaneCosts()
     for name in PLANE_SOURCES:
         assert getattr(builtin, name) == pytest.approx(getattr(costs, name), rel=1e-3), name
+    for name in PLANE_COLD_SOURCES:  # the cold-call law's plane side, merged into the same file
+        assert taken[name].startswith(PLANE_PRIMITIVES_FILE)
+        assert getattr(costs, name) > 0 and getattr(builtin, name) == pytest.approx(getattr(costs, name), rel=1e-3), name
     prov = simulate(tiny(), "ppo", "conduit", iterations=1).provenance["cost_parameters"]["plane"]
     assert PLANE_PRIMITIVES_FILE in prov["source"]
 

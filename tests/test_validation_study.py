@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conduit.sim.params import StockCosts
 from conduit.sim.workload import WorkloadError
 
 pytest.importorskip("ray.rllib")
@@ -985,8 +986,15 @@ def test_the_cold_call_law_is_read_from_the_primitives_when_measured_and_said_wh
     from conduit.sim.params import STOCK_COLD_SOURCES
 
     data = json.loads((Path(__file__).parents[1] / val.DEFAULT_PRIMITIVES).read_text())
-    assert not set(data) & {k for k, _ in STOCK_COLD_SOURCES.values()}  # the committed file predates section gap
-    assert STOCK.rpc_cold_after == 0 and "off" in val.cold_call_summary(STOCK, None, True)["state"]
+    fields = {k for k, _ in STOCK_COLD_SOURCES.values()}
+    assert fields <= set(data) and STOCK.rpc_cold_after == data["rpc_cold_after_s"] > 0  # section gap merged in
+    before = {k: v for k, v in data.items() if k not in fields}  # a window measured before the section
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    old = val.stock_costs_from_primitives(tmp_path / "before.json")
+    assert StockCosts().rpc_cold_after > 0  # the built-in costs carry a law; the window's file did not measure one
+    assert all(getattr(old, name) == 0.0 for name in STOCK_COLD_SOURCES)
+    assert "off" in val.cold_call_summary(old, None, True)["state"]
+    data = before
     law = {"rpc_cold_round_trip_s": 1.7e-3, "rpc_cold_caller_cpu_s": 0.98e-3, "rpc_cold_callee_cpu_s": 0.63e-3,
            "rpc_warm_within_s": 1.06e-3, "rpc_cold_after_s": 12.4e-3}
     path = tmp_path / "prims.json"

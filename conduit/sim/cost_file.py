@@ -199,7 +199,7 @@ def default_plane_costs() -> tuple[PlaneCosts, dict[str, str]]:
         costs, taken = load_plane_costs(here)
         return costs, {k: v.replace(str(here), PLANE_PRIMITIVES_FILE) for k, v in taken.items()}
     # an installed wheel carries no benchmarks/: the dataclass defaults restate that file
-    return PlaneCosts(), {k: f"{PLANE_PRIMITIVES_FILE}: {m}" for k, (m, _) in PLANE_SOURCES.items()}
+    return PlaneCosts(), {k: f"{PLANE_PRIMITIVES_FILE}: {m}" for k, (m, _) in {**PLANE_SOURCES, **PLANE_COLD_SOURCES}.items()}
 
 
 def resolve_plane_costs(spec: Any) -> tuple[PlaneCosts | None, str | None]:

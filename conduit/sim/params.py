@@ -103,8 +103,16 @@ a reader can change it).
 
 The ``rpc_cold_*``, ``rpc_warm_within`` and ``rpc_cold_after`` fields are the cold-call law
 (:mod:`conduit.sim.raycalls`): what a call adds when its caller or callee has not started one lately, from
-section ``gap`` of ``benchmarks/stock_primitives.py`` (``STOCK_COLD_SOURCES``). :data:`STOCK_PRIMITIVES_FILE`
-predates that section, so the built-in costs carry no law (0: every call at its back-to-back cost).
+section ``gap`` of ``benchmarks/stock_primitives.py`` (``STOCK_COLD_SOURCES``), merged into
+:data:`STOCK_PRIMITIVES_FILE` on 2026-12-07 09:36 (``--sections gap --merge``; ``gap_when``):
+``rpc_warm_within`` = ``rpc_warm_within_s`` (1.16 ms) and ``rpc_cold_after`` = ``rpc_cold_after_s``
+(12.3 ms), start-to-start intervals within which a call is back to back and from which it is cold;
+``rpc_cold_round_trip`` (+1.18 ms), ``rpc_cold_caller_cpu`` (+0.56 ms) and ``rpc_cold_callee_cpu`` (+0.45 ms)
+= ``rpc_cold_round_trip_s``, ``rpc_cold_caller_cpu_s`` and ``rpc_cold_callee_cpu_s``: RLlib's ``apply`` call
+20 ms apart against back to back. A second run of the section minutes later read 0.80 / 12.6 ms and +1.41 /
++0.84 / +0.55 ms; the validation window ``results/validation/run-0746`` 0.91 / 12.1 ms and +0.70 ms caller,
++0.49 ms callee. All 0 is no law (every call at its back-to-back cost): what a file measured before the
+section gives (:func:`studies.validation.stock_costs_from_primitives`).
 
 :class:`PlaneCosts` are Conduit's own costs: writing a chunk columnar into a preallocated staging
 slot is a memcpy (``ingest_copy_bandwidth``), and the per-sample connector work is the same work as
@@ -201,12 +209,12 @@ class StockCosts:
     learner_poll_cores: float = 0.151  # benchmarks/appo_learner_poll.py (see the module doc)
     poll_neighbour_cost: float = 1.163  # benchmarks/appo_learner_poll.py (see the module doc)
     # the cold-call law (conduit.sim.raycalls): what a call adds when its caller / callee has not started one
-    # for rpc_cold_after seconds (none within rpc_warm_within: back to back); all 0 here: no law
-    rpc_cold_round_trip: float = 0.0
-    rpc_cold_caller_cpu: float = 0.0
-    rpc_cold_callee_cpu: float = 0.0
-    rpc_warm_within: float = 0.0
-    rpc_cold_after: float = 0.0
+    # for rpc_cold_after seconds (none within rpc_warm_within: back to back); all 0: no law
+    rpc_cold_round_trip: float = 1.178e-3
+    rpc_cold_caller_cpu: float = 0.5635e-3
+    rpc_cold_callee_cpu: float = 0.4485e-3
+    rpc_warm_within: float = 1.163e-3
+    rpc_cold_after: float = 12.35e-3
 
     def __post_init__(self) -> None:
         if self.rpc_cold_after > 0 and self.rpc_warm_within > self.rpc_cold_after:
@@ -284,7 +292,8 @@ PLANE_SOURCES: dict[str, tuple[str, str]] = {
     "rebuild_runs_per_s": ("plane_rebuild", "bandwidth: the same, episode runs per second"),
 }
 #: PlaneCosts fields of the cold-call law (:mod:`conduit.sim.raycalls`), from a calibration that measured them
-#: (``conduit calibrate`` since 2026-12-07); :data:`PLANE_PRIMITIVES_FILE` predates them, so they default to 0
+#: (``conduit calibrate`` since 2026-12-07); merged into :data:`PLANE_PRIMITIVES_FILE` on 2026-12-07, each the median
+#: of three runs (the file's ``notes``); a calibration without them keeps the built-in values
 PLANE_COLD_SOURCES: dict[str, tuple[str, str]] = {
     "cold_call_round_trip": ("plane_actor_call_cold",
                              "latency: what a cold PlaneActor control call adds to its round trip"),
@@ -352,11 +361,11 @@ class PlaneCosts:
     priorities_rows_per_s: float = 786.2e3
     rebuild_per_call: float = 0.0
     rebuild_runs_per_s: float = 32.84e3
-    # the cold-call law (conduit.sim.raycalls) on the plane actor's side; 0: the shipped file predates it
-    cold_call_round_trip: float = 0.0
-    cold_callee_cpu: float = 0.0
-    cold_draw: float = 0.0
-    cold_priorities: float = 0.0
+    # the cold-call law (conduit.sim.raycalls) on the plane actor's side (PLANE_COLD_SOURCES, the same file)
+    cold_call_round_trip: float = 1.223e-3
+    cold_callee_cpu: float = 563.8e-6
+    cold_draw: float = 893.9e-6
+    cold_priorities: float = 571.1e-6
 
     def scaled(self, factor: float) -> PlaneCosts:
         """Every measured cost multiplied by ``factor`` (times up, bandwidths down); settings kept.

@@ -27,8 +27,10 @@ The law (:class:`ColdRamp`, :class:`CallClock`, charged by :class:`ColdCallCosts
 ``share`` is 0 for an interval up to ``warm_within`` (the back-to-back interval), 1 from ``cold_after`` on,
 and linear between: the ramp through ``benchmarks/stock_primitives.py``'s gap curve (``rpc_gap_curve``: the
 round trip per sleep between calls, each against the start-to-start interval it gives). Every figure is
-a microbenchmark's; with none (``cold_after == 0``, the built-in costs and every library preset) every call
-costs its back-to-back figure, as before this law.
+a microbenchmark's: the built-in costs carry section ``gap`` of ``benchmarks/stock_primitives.2core-vm.json``
+and the ``plane_*_cold`` figures of ``benchmarks/plane_primitives.2core-vm.json``. With none (``cold_after == 0``: a
+cost file that sets it so, or a validation window measured before the section) every call costs its back-to-back
+figure, as before this law.
 
 A process is named by what the simulation calls it: ``"driver"``, ``("runner", id)``, ``("learner", id)``,
 ``("plane", node)``, ``("aggregator", id)``.
