@@ -14,8 +14,11 @@
    :func:`stock_costs_from_primitives`, the field mapping of :data:`conduit.sim.params.STOCK_SOURCES`) and
    ``PlaneCosts`` from ``--plane-primitives`` (default the built-in ones): a VM can move between hosts, so
    measure both on the calibration's host (``benchmarks/stock_primitives.py``,
-   ``benchmarks/plane_primitives.py``). No end-to-end figure feeds any parameter,
-   and the ``ref-*`` presets (which copy measured segments: in-sample) are not used.
+   ``benchmarks/plane_primitives.py``). The cold-call law (:mod:`conduit.sim.raycalls`) is on where the stock
+   file has section ``gap`` (the built-in one does since 2026-12-07); a ``--plane-primitives`` file must then
+   carry the plane's ``*_cold`` figures too, or the study stops before calibrating, naming the file and the
+   figures (:func:`check_plane_cold_calls`; ``--no-cold-calls`` turns the law off). No end-to-end figure feeds
+   any parameter, and the ``ref-*`` presets (which copy measured segments: in-sample) are not used.
 2. **Predict**: each workload of ``studies/rllib_experience_path.py`` (imported, not restated: its
    :data:`WORKLOADS` build the RLlib configs, and :func:`sim_workload` reads the simulator's workload off
    each config, field by field) is simulated on the topology written from the calibration
@@ -1097,6 +1100,20 @@ def _host_speed_line(speed: Mapping[str, Any]) -> str:
     return line
 
 
+def check_plane_cold_calls(path: Path, taken: Mapping[str, str]) -> None:
+    """The cold-call law is on (the stock primitives have section ``gap``): the plane primitives of the same
+    window must carry its plane side too (``PLANE_COLD_SOURCES``), or the prediction would charge the plane's
+    calls with the built-in surcharges, measured on another day. Refused naming the file and what is missing."""
+    from conduit.sim.params import PLANE_COLD_SOURCES
+
+    missing = sorted(m for name, (m, _how) in PLANE_COLD_SOURCES.items() if name not in taken)
+    if missing:
+        raise SystemExit(f"--plane-primitives {path}: no {', '.join(missing)} (the cold-call law's plane side, which "
+                         f"the stock primitives' section gap turns on); measure them with "
+                         f"benchmarks/plane_primitives.py --out {path} --merge --only {' '.join(missing)}, "
+                         f"or pass --no-cold-calls")
+
+
 def cold_call_summary(stock: Any, plane: Any, asked: bool) -> dict[str, Any]:
     """The cold-call law in force (:mod:`conduit.sim.raycalls`): on, off by ``--no-cold-calls``, or off because
     the stock primitives have no section ``gap``; its ramp and surcharges (seconds) when on."""
@@ -1280,7 +1297,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "20-60 s per run)")
     p.add_argument("--cold-calls", action=argparse.BooleanOptionalAction, default=True,
                    help="charge Ray calls by the cold-call law (conduit.sim.raycalls) where --stock-primitives has "
-                        "its figures (section gap); --no-cold-calls charges every call its back-to-back cost")
+                        "its figures (section gap; a --plane-primitives file must then have the plane's *_cold "
+                        "figures); --no-cold-calls charges every call its back-to-back cost")
     p.add_argument("--out", type=Path, default=Path("results/validation"))
     args = p.parse_args(argv)
     if args.quick:
@@ -1319,6 +1337,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     study_args = study.parse_args([])
     configs = study_configs(study, study_args, names)
     t0 = time.time()
+    # the cost files first: a bad one is refused before any calibration or run
+    stock = stock_costs_from_primitives(args.stock_primitives)
+    if not args.cold_calls:
+        stock = replace(stock, rpc_warm_within=0.0, rpc_cold_after=0.0)
+    plane = None  # the built-in PlaneCosts
+    if args.plane_primitives is not None:  # read once, checked before any simulation
+        from conduit.sim.cost_file import CostFileError, load_plane_costs
+
+        try:
+            plane, taken = load_plane_costs(args.plane_primitives)
+        except (CostFileError, OSError) as exc:
+            raise SystemExit(f"--plane-primitives: {exc}") from None
+        if stock.rpc_cold_after > 0:
+            check_plane_cold_calls(args.plane_primitives, taken)
 
     if args.calibration:
         calibration = json.loads(args.calibration.read_text())
@@ -1335,17 +1367,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = f"{args.out / 'calibration.json'} (measured now, {time.time() - t0:.0f} s)"
     if args.contention is not None:
         calibration, source = with_contention(calibration, args.contention), f"{source} + {args.contention}"
-    stock = stock_costs_from_primitives(args.stock_primitives)
-    if not args.cold_calls:
-        stock = replace(stock, rpc_warm_within=0.0, rpc_cold_after=0.0)
-    plane = None  # the built-in PlaneCosts
-    if args.plane_primitives is not None:  # read once, checked before any simulation
-        from conduit.sim.cost_file import CostFileError, load_plane_costs
-
-        try:
-            plane = load_plane_costs(args.plane_primitives)[0]
-        except (CostFileError, OSError) as exc:
-            raise SystemExit(f"--plane-primitives: {exc}") from None
     topology, topo_text = topology_from_calibration(calibration)
     (args.out / "topology.yaml").write_text(topo_text)
 

@@ -314,7 +314,7 @@ def test_plane_primitives_are_read_once_and_a_bad_file_is_named(tmp_path):
     for path in (slow, fast):
         out = tmp_path / path.stem
         assert val.main(["--predict-only", "--calibration", str(cal), "--out", str(out), "--workloads",
-                         "dqn-cartpole-1r", "--plane-primitives", str(path)]) == 0
+                         "dqn-cartpole-1r", "--plane-primitives", str(path), "--no-cold-calls"]) == 0
         report = json.loads((out / "validation.json").read_text())
         assert report["plane_costs_source"] == str(path)
         rows[path.stem] = {(r["side"], r["metric"]): r["predicted"] for r in report["rows"]}
@@ -325,6 +325,32 @@ def test_plane_primitives_are_read_once_and_a_bad_file_is_named(tmp_path):
     with pytest.raises(SystemExit, match="--plane-primitives: .*bad.json"):
         val.main(["--predict-only", "--calibration", str(cal), "--out", str(tmp_path / "x"), "--workloads",
                   "dqn-cartpole-1r", "--plane-primitives", str(bad)])
+
+
+def test_a_plane_file_without_the_laws_plane_side_is_refused_while_the_law_is_on(tmp_path):
+    """The built-in stock primitives carry section gap (the law on): a ``--plane-primitives`` file must carry the
+    plane's ``*_cold`` figures too, or the run stops before any calibration, naming the file and what is missing;
+    ``--no-cold-calls`` needs none; a file with them has its figures reported."""
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps(_calibration()))
+    measurements = {"plane_actor_callee": {"latency": 5e-4, "bandwidth": 1e18, "samples": 3},
+                    "plane_replay_draw_cold": {"latency": 7e-4, "bandwidth": 1e18, "samples": 3}}
+    path = tmp_path / "plane.json"
+    path.write_text(json.dumps({"measurements": measurements}))
+    argv = ["--predict-only", "--calibration", str(cal), "--workloads", "dqn-cartpole-1r", "--plane-primitives",
+            str(path)]
+    with pytest.raises(SystemExit, match=r"plane\.json: no plane_actor_call_cold, plane_actor_callee_cold, "
+                                         r"plane_replay_priorities_cold .*--no-cold-calls"):
+        val.main([*argv, "--out", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused" / "validation.json").exists()
+    assert val.main([*argv, "--out", str(tmp_path / "off"), "--no-cold-calls"]) == 0
+    for name, figure in (("plane_actor_call_cold", 1.1e-3), ("plane_actor_callee_cold", 4e-4),
+                         ("plane_replay_priorities_cold", 3e-4)):
+        measurements[name] = {"latency": figure, "bandwidth": 1e18, "samples": 3}
+    path.write_text(json.dumps({"measurements": measurements}))
+    assert val.main([*argv, "--out", str(tmp_path / "on")]) == 0
+    cold = json.loads((tmp_path / "on" / "validation.json").read_text())["cold_calls"]
+    assert cold["state"] == "on" and (cold["plane_round_trip_s"], cold["plane_draw_s"]) == (1.1e-3, 7e-4)
 
 
 def test_tune_loop_explains_each_changed_parameter():
