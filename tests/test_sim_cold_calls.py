@@ -13,9 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_sim import tiny_topology_dict
 
+from conduit.registry import create_policy
+from conduit.sim.engine import Simulation
 from conduit.sim.params import PlaneCosts, StockCosts
 from conduit.sim.raycalls import CallClock, ColdRamp
 from conduit.sim.run import simulate
+from conduit.sim.workload import load_workload
 from conduit.topology import topology_from_dict
 
 #: the built-in costs without the cold-call law (every call at its back-to-back figure)
@@ -175,3 +178,14 @@ def test_the_built_in_costs_carry_the_measured_law_and_it_lengthens_dqn_rounds()
     for policy in ("rllib-stock", "conduit"):
         law = _run("dqn", policy, StockCosts(), PlaneCosts())["iteration_time_s"]
         assert law > _run("dqn", policy, STOCK_NO_LAW)["iteration_time_s"], policy
+
+
+@settings(max_examples=50, deadline=None)
+@given(share=st.floats(0.0, 1.0), calls=st.integers(1, 64))
+def test_a_folded_call_is_cold_once_and_warm_for_the_calls_it_stands_for(share, calls):
+    """A folded role's call stands for ``calls`` issued back to back (:mod:`conduit.sim.fold`): the caller pays
+    every call's back-to-back CPU and the cold surcharge once, as the unfolded simulation's clock would charge."""
+    sim = Simulation(_topology(), load_workload("dqn"), create_policy("rllib-stock"), iterations=1)
+    s = sim.stock
+    assert sim.caller_cpu(share, calls) == pytest.approx(calls * s.rpc_driver_cpu + share * s.rpc_cold_caller_cpu)
+    assert sim.caller_cpu(share, 1) == sim.caller_cpu(share)

@@ -509,7 +509,7 @@ class DeployedRoute:
         tickets = self.logical_runners
         for lr in state.learners:
             calls = self.weight(lr)  # a folded learner's node stands for this many learners' calls
-            yield from self.on_driver(self.update_call_cpu(tickets / self.logical_learners, 0.0, 0.0, lr) * calls)
+            yield from self.on_driver(self.update_call_cpu(tickets / self.logical_learners, 0.0, 0.0, lr, calls))
             if self.workload.local_learner:
                 state.update_call[lr.id].succeed()
             else:
@@ -520,9 +520,9 @@ class DeployedRoute:
         """A runner's reply under ``enable()``, once its sampling is done: one placeholder episode of no
         steps (the ticket), read by the driver once every reply is in
         (:meth:`~conduit.sim.engine.Simulation.read_runner_results`)."""
-        trip, driver_cpu = self.sample_reply(runner)
+        trip, driver_cpu = self.sample_reply(runner, self.weight(runner))
         yield self.env.timeout(trip)
-        yield from self.on_driver(driver_cpu * self.weight(runner))  # the reply handled as it comes
+        yield from self.on_driver(driver_cpu)  # the reply handled as it comes (a folded runner's: each it stands for)
         return 1, 0, 0.0
 
     def _deployed_call_arrives(self, lr: LearnerRole, event: simpy.Event) -> Generator:

@@ -321,18 +321,19 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         """``seconds`` of work on a core of ``node`` (:meth:`~conduit.sim.resources.CpuPool.work`)."""
         return self.cpus[node].work(seconds, urgent, compute, background, woken, thread)
 
-    def update_call_cpu(self, episodes: float, steps: float, nbytes: float, lr: LearnerRole) -> float:
+    def update_call_cpu(self, episodes: float, steps: float, nbytes: float, lr: LearnerRole, calls: int = 1) -> float:
         """The driver's own CPU for one ``LearnerGroup.update`` call to one learner (``learner_group.py``): a
         local learner (``num_learners=0``, ``is_local``) is called in place, ``self._learner.update(...)``
         (``local_call_overhead``); a remote one's argument is pickled, its arrays put into the object store,
         and the call submitted (``rpc_driver_cpu`` + ``shard_serialize``), its round trip overlapping. The call
         to ``lr`` starts now (:mod:`conduit.sim.raycalls`; the learner's share is kept for its side,
-        :meth:`update_call_arrives`)."""
+        :meth:`update_call_arrives`). ``calls``: the learners a folded one stands for, each with its own shard,
+        issued back to back (:meth:`caller_cpu`)."""
         s = self.stock
         if self.workload.local_learner:
-            return s.local_call_overhead
+            return s.local_call_overhead * calls
         caller, self.update_call_shares[lr.id] = self.start_call("driver", ("learner", lr.id))
-        return self.caller_cpu(caller) + s.shard_serialize(episodes, steps, nbytes)
+        return self.caller_cpu(caller, calls) + s.shard_serialize(episodes, steps, nbytes) * calls
 
     def update_call_arrives(self, lr: LearnerRole) -> tuple[float, float]:
         """``(latency, learner's extra CPU)`` of the ``LearnerGroup.update`` call to ``lr`` in flight: half the

@@ -214,7 +214,7 @@ class PpoLoop:
             # the shard becomes a call argument (a local learner: called in place); the driver goes on to
             # the next shard without waiting
             calls = self.weight(lr)  # a folded learner's node stands for this many learners' calls
-            yield from self.on_driver(self.update_call_cpu(episodes, len(cids) * w.chunk_rows, nbytes, lr) * calls)
+            yield from self.on_driver(self.update_call_cpu(episodes, len(cids) * w.chunk_rows, nbytes, lr, calls))
             self.stock_calls["update_call"] += calls
             sends.append(self.env.process(self.stock_deliver_shard(lr, cids, nbytes, episodes, state, t_b)))
         yield simpy.AllOf(self.env, sends)
@@ -232,13 +232,13 @@ class PpoLoop:
         for cid in cids:
             if not self.place_now(cid, self.host_tier(runner.memory)):
                 yield from self.place_in(cid, self.host_tier(runner.memory))
-        trip, driver_cpu = self.sample_reply(runner)
+        trip, driver_cpu = self.sample_reply(runner, self.weight(runner))
         yield self.env.timeout(trip)
         yield from self.transfer(runner.memory, driver_mem, nbytes)
         for cid in cids:
             if not self.move_now(cid, self.host_tier(driver_mem)):
                 yield from self.move_to(cid, self.host_tier(driver_mem))
-        yield from self.on_driver(driver_cpu * self.weight(runner))  # the reply handled as it comes
+        yield from self.on_driver(driver_cpu)  # the reply handled as it comes (a folded runner's: each it stands for)
         return episodes, steps, nbytes
 
     def stock_deliver_shard(self, lr: LearnerRole, cids: list[int], nbytes: float, episodes: float,

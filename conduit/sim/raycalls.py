@@ -121,10 +121,12 @@ class ColdCallCosts:
         """A call from ``caller`` to ``callee`` starts now: ``(caller's share, callee's share)``."""
         return self.calls.start(caller, callee, self.env.now)
 
-    def caller_cpu(self, share: float) -> float:
-        """The caller's CPU for an actor call (``rpc_driver_cpu``), cold by ``share``."""
+    def caller_cpu(self, share: float, calls: int = 1) -> float:
+        """The caller's CPU for an actor call (``rpc_driver_cpu``), cold by ``share``; for ``calls`` issued back to
+        back (a folded role standing for several, :mod:`conduit.sim.fold`) only the first can be cold: the others
+        follow it within ``rpc_warm_within``, as they do in the unfolded simulation."""
         s = self.stock
-        return s.rpc_driver_cpu + share * s.rpc_cold_caller_cpu
+        return calls * s.rpc_driver_cpu + share * s.rpc_cold_caller_cpu
 
     def callee_cpu(self, share: float) -> float:
         """An RLlib actor's CPU for serving a ``foreach_actor`` call (``rpc_callee_cpu``), cold by ``share``."""
@@ -143,7 +145,8 @@ class ColdCallCosts:
         shares = self.sample_call_shares[runner.id] = self.start_call("driver", ("runner", runner.id))
         return self.callee_cpu(shares[1])
 
-    def sample_reply(self, runner: Any) -> tuple[float, float]:
-        """``(latency, the driver's CPU)`` of the reply to ``runner``'s ``sample()`` call in flight."""
+    def sample_reply(self, runner: Any, calls: int = 1) -> tuple[float, float]:
+        """``(latency, the driver's CPU)`` of the reply to ``runner``'s ``sample()`` call in flight (``calls``: the
+        runners a folded one stands for, :meth:`caller_cpu`)."""
         caller, callee = self.sample_call_shares.pop(runner.id, (0.0, 0.0))
-        return self.reply_trip(callee), self.caller_cpu(caller)
+        return self.reply_trip(callee), self.caller_cpu(caller, calls)

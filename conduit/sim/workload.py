@@ -431,6 +431,8 @@ PRESETS: dict[str, Workload] = {
 # env_step_time holds the whole per-step cost (env + CPU inference): 1.382 s / 1000 steps.
 # ref-dqn-cartpole: per env step of the ~1,082-step iterations: sampling 4.355 ms (call overhead +
 # step), update 3.053 ms, weight sync 2.192 ms, a local learner (num_learners=0), one update per step.
+# Both copy whole measured calls, cold-call costs included: conduit.sim.calibration.compare simulates them with
+# the cold-call law off (the built-in costs' law would count those costs twice).
 
 
 def load_workload(spec: str | Path | Mapping[str, Any] | Workload) -> Workload:
