@@ -181,11 +181,16 @@ def test_the_built_in_costs_carry_the_measured_law_and_it_lengthens_dqn_rounds()
 
 
 @settings(max_examples=50, deadline=None)
-@given(share=st.floats(0.0, 1.0), calls=st.integers(1, 64))
-def test_a_folded_call_is_cold_once_and_warm_for_the_calls_it_stands_for(share, calls):
-    """A folded role's call stands for ``calls`` issued back to back (:mod:`conduit.sim.fold`): the caller pays
-    every call's back-to-back CPU and the cold surcharge once, as the unfolded simulation's clock would charge."""
+@given(share=st.floats(0.0, 1.0), calls=st.integers(1, 64), spacing=st.floats(0.0, 0.05))
+def test_a_folded_call_charges_each_call_it_stands_for_by_their_spacing(share, calls, spacing):
+    """A folded role's call stands for ``calls`` the unfolded caller makes ``spacing`` apart (:mod:`conduit.sim.fold`):
+    every call's back-to-back CPU, the first one's surcharge by its share, each other one's by the ramp at
+    ``spacing``: once in all for calls back to back, every time for calls a cold interval apart."""
     sim = Simulation(_topology(), load_workload("dqn"), create_policy("rllib-stock"), iterations=1)
-    s = sim.stock
+    s, ramp = sim.stock, sim.calls.ramp
+    want = calls * s.rpc_driver_cpu + (share + (calls - 1) * ramp.share(spacing)) * s.rpc_cold_caller_cpu
+    assert sim.caller_cpu(share, calls, spacing) == pytest.approx(want)
     assert sim.caller_cpu(share, calls) == pytest.approx(calls * s.rpc_driver_cpu + share * s.rpc_cold_caller_cpu)
-    assert sim.caller_cpu(share, 1) == sim.caller_cpu(share)
+    assert sim.caller_cpu(share, calls, s.rpc_cold_after) == pytest.approx(
+        calls * s.rpc_driver_cpu + (share + calls - 1) * s.rpc_cold_caller_cpu)
+    assert sim.caller_cpu(share, 1, spacing) == sim.caller_cpu(share)

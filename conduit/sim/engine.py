@@ -328,12 +328,13 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         and the call submitted (``rpc_driver_cpu`` + ``shard_serialize``), its round trip overlapping. The call
         to ``lr`` starts now (:mod:`conduit.sim.raycalls`; the learner's share is kept for its side,
         :meth:`update_call_arrives`). ``calls``: the learners a folded one stands for, each with its own shard,
-        issued back to back (:meth:`caller_cpu`)."""
+        issued one after another, each after the previous one's submission and shard (:meth:`caller_cpu`)."""
         s = self.stock
         if self.workload.local_learner:
             return s.local_call_overhead * calls
         caller, self.update_call_shares[lr.id] = self.start_call("driver", ("learner", lr.id))
-        return self.caller_cpu(caller, calls) + s.shard_serialize(episodes, steps, nbytes) * calls
+        serialize = s.shard_serialize(episodes, steps, nbytes)  # one learner's shard: the spacing of the calls
+        return self.caller_cpu(caller, calls, s.rpc_driver_cpu + serialize) + serialize * calls
 
     def update_call_arrives(self, lr: LearnerRole) -> tuple[float, float]:
         """``(latency, learner's extra CPU)`` of the ``LearnerGroup.update`` call to ``lr`` in flight: half the

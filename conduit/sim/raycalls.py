@@ -121,12 +121,14 @@ class ColdCallCosts:
         """A call from ``caller`` to ``callee`` starts now: ``(caller's share, callee's share)``."""
         return self.calls.start(caller, callee, self.env.now)
 
-    def caller_cpu(self, share: float, calls: int = 1) -> float:
-        """The caller's CPU for an actor call (``rpc_driver_cpu``), cold by ``share``; for ``calls`` issued back to
-        back (a folded role standing for several, :mod:`conduit.sim.fold`) only the first can be cold: the others
-        follow it within ``rpc_warm_within``, as they do in the unfolded simulation."""
+    def caller_cpu(self, share: float, calls: int = 1, spacing: float = 0.0) -> float:
+        """The caller's CPU for an actor call (``rpc_driver_cpu``), cold by ``share``. ``calls`` > 1: a folded role
+        standing for several (:mod:`conduit.sim.fold`), whose calls the unfolded caller makes one after another,
+        ``spacing`` seconds apart (its own work per call): the first is cold by ``share``, each other one by the
+        ramp's share of ``spacing`` (0 for calls issued back to back)."""
         s = self.stock
-        return calls * s.rpc_driver_cpu + share * s.rpc_cold_caller_cpu
+        shares = share + (calls - 1) * self.calls.ramp.share(spacing)
+        return calls * s.rpc_driver_cpu + shares * s.rpc_cold_caller_cpu
 
     def callee_cpu(self, share: float) -> float:
         """An RLlib actor's CPU for serving a ``foreach_actor`` call (``rpc_callee_cpu``), cold by ``share``."""
