@@ -1340,7 +1340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the cost files first: a bad one is refused before any calibration or run
     stock = stock_costs_from_primitives(args.stock_primitives)
     if not args.cold_calls:
-        stock = replace(stock, rpc_warm_within=0.0, rpc_cold_after=0.0)
+        stock = stock.without_cold_calls()
     plane = None  # the built-in PlaneCosts
     if args.plane_primitives is not None:  # read once, checked before any simulation
         from conduit.sim.cost_file import CostFileError, load_plane_costs

@@ -29,7 +29,7 @@ ITERATIONS = {"ppo": 3, "dqn": 40}
 #: the built-in costs without the cold-call law (:mod:`conduit.sim.raycalls`): these properties move seconds
 #: within a call, which moves the start of the calls after it, and the law charges a call by the time since each
 #: side's previous one -- a shift of the spacing the law would price, not the metrics' seconds the tests measure
-NO_LAW = replace(StockCosts(), rpc_warm_within=0.0, rpc_cold_after=0.0)
+NO_LAW = StockCosts().without_cold_calls()
 
 
 def _metrics(algorithm: str, policy: str, call: float, after: float) -> dict:

@@ -68,12 +68,10 @@ def compare(iterations: int = 6, seed: int = 0) -> list[SegmentComparison]:
     The cold-call law (:mod:`conduit.sim.raycalls`) is off here: the ``ref-*`` presets copy whole measured
     calls (``runner_call_overhead``, ``weight_sync_time``), which already hold whatever the reference runs paid
     for calls made cold; charging the law on top would count it twice."""
-    from dataclasses import replace
-
     from conduit.sim.params import StockCosts
     from conduit.sim.run import simulate
 
-    no_law = replace(StockCosts(), rpc_warm_within=0.0, rpc_cold_after=0.0)
+    no_law = StockCosts().without_cold_calls()
     rows = []
     for workload, measured in REFERENCE.items():
         its = iterations if workload == "ref-ppo-atari" else iterations * 10

@@ -221,6 +221,13 @@ class StockCosts:
             raise ConduitError(f"rpc_warm_within ({self.rpc_warm_within!r} s) must not exceed rpc_cold_after "
                                f"({self.rpc_cold_after!r} s): a call is warm up to the first and cold from the second")
 
+    def without_cold_calls(self) -> StockCosts:
+        """These costs with the cold-call law off (no ramp: every call at its back-to-back cost); the surcharges
+        stay, unread (:class:`~conduit.sim.raycalls.ColdRamp`)."""
+        from dataclasses import replace
+
+        return replace(self, rpc_warm_within=0.0, rpc_cold_after=0.0)
+
     def sample_serialize(self, episodes: float, steps: float, nbytes: float) -> float:
         """EnvRunner side of returning sampled episodes (one object: Ray's serializer over the list, its
         arrays copied into the object store): a put, each episode's and each step's share, the bytes."""
