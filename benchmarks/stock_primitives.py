@@ -25,6 +25,11 @@ Each figure is one primitive timed in isolation (medians over repeats), never an
 CPU-bound, single-process primitives are timed in CPU time (``time.process_time``), so that other
 processes on a shared machine do not inflate them; Ray calls are timed in wall time.
 
+* ``wake_*_s`` (section ``wake``): what each of DQN's per-round primitives (the EnvRunner's sample call and
+  ``set_state``, the learner's ``get_state`` and ``update``, the buffer's ``add`` and ``sample``) costs more right
+  after its thread slept 20 ms than back to back, in thread CPU: the simulator's warm-up debt
+  (:mod:`conduit.sim.coldwork`; :func:`_wake_primitives`; ``benchmarks/wake_debt.py`` gives the curve);
+
 * ``episode_put_s`` / ``episode_put_per_step_s`` and ``episode_get_s`` / ``episode_get_per_step_s`` —
   what one more episode costs in a **list of episodes through Ray's serializer**, the way Ray moves
   ``EnvRunner.sample()``'s return value (one object: the runner's ``ray.put``-equivalent, the driver's
@@ -75,7 +80,7 @@ Writes JSON (``--out``, default ``results/stock_primitives.json``) that
     RAY_AUTH_MODE=disabled python benchmarks/stock_primitives.py [--out FILE]
 
 ``--sections`` measures only some of the groups (``pickle``, ``serializer``, ``buffer``, ``connector``, ``ray``,
-``callee``, ``gap``, ``learner``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
+``callee``, ``gap``, ``learner``, ``wake``); ``--merge`` keeps the other fields of an existing ``--out`` file and stamps the new ones
 with ``<section>_when`` (``--keep FIELD,...``: fields a section measures that keep the file's values, the new
 readings recorded under ``<section>_kept``), e.g. adding the callee's CPU to the file the simulator reads::
 
@@ -97,7 +102,12 @@ from pathlib import Path
 
 from conduit.runtime.proccpu import callee_cpu_per_call
 
-SECTIONS = ("pickle", "serializer", "buffer", "connector", "ray", "callee", "gap", "learner")
+SECTIONS = ("pickle", "serializer", "buffer", "connector", "ray", "callee", "gap", "learner", "wake")
+#: how long the thread sleeps before a cold unit of section ``wake``: longer than the plateau's start
+#: (``benchmarks/wake_debt.py``: 5-10 ms on the 2-core VM) and about a DQN round
+WAKE_SLEEP_S = 0.020
+#: the sleeps section ``wake`` times the EnvRunner's call after, for the ramp (the last is :data:`WAKE_SLEEP_S`)
+WAKE_RAMP_SLEEPS_S = (0.001, 0.002, 0.005, 0.010, WAKE_SLEEP_S)
 #: the serializer section's episode lengths (steps) and list sizes (episodes)
 SERIALIZER_LENGTHS = (25, 200)
 SERIALIZER_LISTS = (4, 64)
@@ -238,6 +248,74 @@ def _learner_primitives() -> dict:
         runner.stop()
     return {"learner_results_per_call_s": m.latency, "learner_results_per_result_s": m.per_item,
             "learner_results_pieces_s": m.extra["pieces_s"], "learner_results_note": m.note}
+
+
+def _wake_primitives(repeats: int) -> dict:
+    """Section ``wake``: what each of DQN's per-round primitives costs more right after its thread slept
+    :data:`WAKE_SLEEP_S` than back to back (:mod:`conduit.runtime.wakedebt`: thread CPU, medians over alternating
+    warm and cold units), on RLlib's default DQN config for CartPole, one torch thread (the simulator's warm-up
+    debt, :mod:`conduit.sim.coldwork`). Each unit is timed alone, so each figure is what that primitive pays when
+    it runs first after the sleep:
+
+    * ``wake_runner_call_s``: the EnvRunner's ``sample()`` (one fragment) and ``get_metrics()``, DQN's call;
+    * ``wake_set_state_s``: ``set_state`` of the learner's inference-only weights on a second module of the same
+      spec (the EnvRunner's end of the sync: :func:`conduit.runtime.calibrate._local_set_state`);
+    * ``wake_get_state_s``: the learner's ``get_state(inference_only=True)`` to numpy (the sync's sender end);
+    * ``wake_replay_add_s`` / ``wake_replay_sample_s``: the prioritized buffer's ``add`` of one call's episodes
+      and its ``sample`` of the train batch (plus ``get_metrics``);
+    * ``wake_update_s``: the learner's ``update`` on a batch of the train batch's size.
+
+    ``wake_units_s`` holds each unit's back-to-back time beside them. The EnvRunner's call is also timed after
+    the sleeps of :data:`WAKE_RAMP_SLEEPS_S` (``wake_curve``): ``wake_warm_within_s`` and ``wake_cold_after_s``
+    are the ramp through them (:func:`conduit.runtime.wakedebt.debt_ramp`)."""
+    import torch
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.core.learner.training_data import TrainingData
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+    from ray.rllib.utils.numpy import convert_to_numpy
+
+    from conduit.runtime import calibrate
+    from conduit.runtime.wakedebt import debt_curve, debt_ramp
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cfg = DQNConfig().environment("CartPole-v1").learners(num_learners=0)
+    runner = calibrate._local_env_runner(cfg)
+    learner = cfg.build_learner(env=runner.env)
+    trials = max(40, repeats)
+    try:
+        buffer = calibrate._replay_buffer(dict(cfg.replay_buffer_config))
+        n = int(cfg.total_train_batch_size)
+        steps = calibrate._fill_replay(buffer, runner, cfg, [n])
+        batch = learner._make_batch_if_necessary(TrainingData(episodes=calibrate._draw_replay(buffer, cfg, n)))
+        set_state = calibrate._local_set_state(learner)  # on a second module of the spec, as the EnvRunner's
+        pending = [runner.sample(num_timesteps=steps, random_actions=True) for _ in range(3 * trials + 40)]
+        pending.reverse()  # add in sampling order: each call continues the previous episode
+        ts = {NUM_ENV_STEPS_SAMPLED_LIFETIME: 10**6}
+        units = {
+            "runner_call": lambda: (runner.sample(), runner.get_metrics()),
+            "set_state": set_state,
+            "get_state": lambda: convert_to_numpy(learner.module.get_state(inference_only=True)),
+            "replay_add": lambda: buffer.add(pending.pop()),
+            "replay_sample": lambda: calibrate._draw_replay(buffer, cfg, n),
+            "update": lambda: learner.update(batch=batch, timesteps=ts),
+        }
+        out: dict = {"wake_sleep_s": WAKE_SLEEP_S, "wake_units_s": {}}
+        for name, unit in units.items():
+            sleeps = WAKE_RAMP_SLEEPS_S if name == "runner_call" else (WAKE_SLEEP_S,)
+            rows = debt_curve(unit, sleeps, units=1, trials=trials, warmup=10)
+            row = rows[-1]
+            out[f"wake_{name}_s"] = max(0.0, row["extra_s"][0])
+            out["wake_units_s"][name] = row["warm_s"][0]
+            if name == "runner_call":  # the ramp, on the EnvRunner's call
+                out["wake_warm_within_s"], out["wake_cold_after_s"] = debt_ramp(rows)
+                out["wake_curve"] = [{"sleep_s": r["sleep_s"], "extra_s": r["extra_s"][0], "warm_s": r["warm_s"][0]}
+                                     for r in rows]
+    finally:
+        torch.set_num_threads(threads)
+        calibrate._stop_learner(learner)
+        runner.stop()
+    return out
 
 
 def _pickle_primitives(repeats: int) -> dict:
@@ -483,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         out.update(_connector_primitives(args.repeats))
     if "learner" in args.sections:  # DQN's driver after each update: the learners' results
         out.update(_learner_primitives())
+    if "wake" in args.sections:  # DQN's per-round primitives right after their thread slept
+        out.update(_wake_primitives(args.repeats))
     if args.sections & {"serializer", "ray", "callee", "gap"}:  # Ray's serializer; round trips, overlap, put/get; callee
         with tempfile.TemporaryDirectory(prefix="cdt-prim-") as tmp:
             ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, object_store_memory=512 << 20,

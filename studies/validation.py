@@ -141,8 +141,9 @@ def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
     field mapping of :data:`~conduit.sim.params.STOCK_SOURCES` (fields it does not map keep their defaults) and,
     where the file has section ``gap``, of :data:`~conduit.sim.params.STOCK_COLD_SOURCES` (the cold-call law,
     :mod:`conduit.sim.raycalls`; without it every call is charged its back-to-back cost, even though the built-in
-    costs carry a law: theirs was measured on another day)."""
-    from conduit.sim.params import STOCK_COLD_SOURCES, STOCK_SOURCES, StockCosts
+    costs carry a law: theirs was measured on another day) and, where it has section ``wake``, of
+    :data:`~conduit.sim.params.STOCK_WAKE_SOURCES` (the warm-up debt, :mod:`conduit.sim.coldwork`; without it, none)."""
+    from conduit.sim.params import STOCK_COLD_SOURCES, STOCK_SOURCES, STOCK_WAKE_SOURCES, StockCosts
 
     data = json.loads(Path(path).read_text())
     values = {}
@@ -158,6 +159,13 @@ def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
                          f"--sections gap)")
     # a file without the section has no law, whatever the built-in costs carry: its window's calls were not timed spaced
     values.update({name: float(data[key]) if cold else 0.0 for name, (key, _how) in STOCK_COLD_SOURCES.items()})
+    # the warm-up debt (section wake, since 2026-12-07 13:00): all of it or none (none: no debt)
+    wake = {name: key for name, (key, _how) in STOCK_WAKE_SOURCES.items() if key in data}
+    if wake and len(wake) < len(STOCK_WAKE_SOURCES):
+        missing = sorted(k for n, (k, _) in STOCK_WAKE_SOURCES.items() if n not in wake)
+        raise SystemExit(f"{path}: the warm-up debt needs {', '.join(missing)} too (benchmarks/stock_primitives.py "
+                         f"--sections wake)")
+    values.update({name: float(data[key]) if wake else 0.0 for name, (key, _how) in STOCK_WAKE_SOURCES.items()})
     values["buffer_sample_per_call"] = float(data["buffer_sample_s"]) - 32 * float(data["buffer_sample_per_item_s"])
     return replace(StockCosts(), **values)
 
@@ -1144,6 +1152,30 @@ def _cold_call_line(cold: Mapping[str, Any]) -> str:
             f"(RLlib's call) and +{ms['plane_round_trip_s']:.3f} ms (the plane's).")
 
 
+def warm_up_debt_summary(stock: Any, asked: bool) -> dict[str, Any]:
+    """The warm-up debt in force (:mod:`conduit.sim.coldwork`): on, off by ``--no-warm-up-debt``, or off because the
+    stock primitives have no section ``wake``; its ramp and each primitive's figure (seconds) when on."""
+    from conduit.sim.coldwork import KINDS
+
+    if not asked:
+        return {"state": "off (--no-warm-up-debt)"}
+    if stock.wake_cold_after <= 0:
+        return {"state": "off (the stock primitives have no section wake: every primitive at its back-to-back cost)"}
+    return {"state": "on", "warm_within_s": stock.wake_warm_within, "cold_after_s": stock.wake_cold_after,
+            **{f"{kind}_s": getattr(stock, f"wake_{kind}") for kind in KINDS}}
+
+
+def _warm_up_debt_line(debt: Mapping[str, Any]) -> str:
+    """The report's sentence on the warm-up debt (:func:`warm_up_debt_summary`)."""
+    if debt.get("state") != "on":
+        return f"Warm-up debt (`conduit.sim.coldwork`): {debt.get('state', 'not recorded')}."
+    ms = {k: v * 1e3 for k, v in debt.items() if k.endswith("_s")}
+    parts = ", ".join(f"{k[:-2].replace('_', ' ')} +{v:.3f}" for k, v in ms.items()
+                      if k not in ("warm_within_s", "cold_after_s"))
+    return (f"Warm-up debt (`conduit.sim.coldwork`): on. A DQN primitive is warm within {ms['warm_within_s']:.2f} ms of "
+            f"its thread's previous one and cold from {ms['cold_after_s']:.2f} ms; cold, it adds (ms): {parts}.")
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     """The report as markdown tables."""
     lines = ["# Simulator validation: predicted vs measured (out of sample)", "",
@@ -1153,7 +1185,8 @@ def markdown(report: Mapping[str, Any]) -> str:
               f"plane costs: {report.get('plane_costs_source', 'built-in')}; "
               f"topology: {report['topology']}; simulator seed {SIM_SEED}."), "",
              _host_speed_line(report.get("host_speed") or {}), "",
-             _cold_call_line(report.get("cold_calls") or {}), "",
+             _cold_call_line(report.get("cold_calls") or {}),
+             _warm_up_debt_line(report.get("warm_up_debt") or {}), "",
              "| workload | side | metric | predicted | measured | error |", "|---|---|---|---:|---:|---:|"]
     for r in report["rows"]:
         pct = r["metric"] == "experience_share"
@@ -1299,6 +1332,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="charge Ray calls by the cold-call law (conduit.sim.raycalls) where --stock-primitives has "
                         "its figures (section gap; a --plane-primitives file must then have the plane's *_cold "
                         "figures); --no-cold-calls charges every call its back-to-back cost")
+    p.add_argument("--warm-up-debt", action=argparse.BooleanOptionalAction, default=True,
+                   help="charge DQN's per-round primitives their warm-up debt (conduit.sim.coldwork) where "
+                        "--stock-primitives has its figures (section wake); --no-warm-up-debt charges each its "
+                        "back-to-back cost")
     p.add_argument("--out", type=Path, default=Path("results/validation"))
     args = p.parse_args(argv)
     if args.quick:
@@ -1341,6 +1378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stock = stock_costs_from_primitives(args.stock_primitives)
     if not args.cold_calls:
         stock = stock.without_cold_calls()
+    if not args.warm_up_debt:
+        stock = stock.without_warm_up_debt()
     plane = None  # the built-in PlaneCosts
     if args.plane_primitives is not None:  # read once, checked before any simulation
         from conduit.sim.cost_file import CostFileError, load_plane_costs
@@ -1431,6 +1470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "calibration_source": source,
         "stock_costs_source": str(args.stock_primitives),
         "cold_calls": cold_call_summary(stock, plane, args.cold_calls),
+        "warm_up_debt": warm_up_debt_summary(stock, args.warm_up_debt),
         "plane_costs_source": str(args.plane_primitives or "built-in PlaneCosts (" + PLANE_PRIMITIVES_FILE + ")"),
         "clock": args.clock,
         "topology": topology.name,

@@ -238,11 +238,16 @@ class DeployedRoute:
     def on_plane(self, lr: LearnerRole, seconds: float) -> Generator:
         return self._pipeline([(self.plane_actor[lr.node], seconds)])
 
-    def deployed_sample(self, runner: RunnerRole, vector_steps: int, call: bool = True) -> Generator:
+    def deployed_sample(self, runner: RunnerRole, vector_steps: int, call: bool = True,
+                        cold: bool = False) -> Generator:
         """One stock sampler call: the runner's thread and a core of its node for its duration (in
         quanta on an oversubscribed node). ``call``: the first piece of a ``sample()`` call the driver
-        made (:meth:`~conduit.sim.engine.Simulation.remote_sample_time`)."""
-        yield from self._on_runner_thread(runner, self.remote_sample_time(runner, vector_steps, call))
+        made (:meth:`~conduit.sim.engine.Simulation.remote_sample_time`); ``cold``: the call pays its warm-up
+        debt (:mod:`conduit.sim.coldwork`: DQN's one-step calls)."""
+        seconds = self.remote_sample_time(runner, vector_steps, call)
+        if cold:
+            seconds += self.cold_work(("runner", runner.id), "runner_call", seconds)
+        yield from self._on_runner_thread(runner, seconds)
 
     def deployed_runner_metrics(self, runner: RunnerRole) -> Generator:
         """The rest of the remote ``sample()`` call after the sampler returns, before the reply
@@ -744,7 +749,7 @@ class DeployedRoute:
 
     def _deployed_dqn_sample(self, runner: RunnerRole, outbox: simpy.Store) -> Generator:
         """One ``sample()``: the stock sampler, then the steps go into the sender's queue (full: wait)."""
-        yield from self.deployed_sample(runner, self.workload.fragment_length)
+        yield from self.deployed_sample(runner, self.workload.fragment_length, cold=True)
         lr = self.layout.target(runner, self._deployed_seq.get(runner.id, 0))
         self._deployed_seq[runner.id] = self._deployed_seq.get(runner.id, 0) + 1
         pair = self.new_chunk(runner, lr, self.version)

@@ -104,7 +104,8 @@ class DqnLoop:
             self.rec.span(it, "a", t_a, self.env.now)
             t_add = self.env.now
             # one add() of the whole round's episodes
-            yield from self.on_driver(s.buffer_add(len(new) * w.chunk_steps))
+            add = s.buffer_add(len(new) * w.chunk_steps)
+            yield from self.on_driver(add + self.cold_work("driver", "replay_add", add))
             self.stock_calls["buffer_add"] += 1
             self.stock_calls["round"] += 1
             for cid in new:
@@ -117,7 +118,8 @@ class DqnLoop:
             for _ in range(min(due, self.iterations - update)):
                 t_smp = self.env.now
                 # one sample() of the total train batch, then sharded: batch_size items per learner
-                yield from self.on_driver(s.buffer_sample(w.batch_size * len(learners)))
+                draw = s.buffer_sample(w.batch_size * len(learners))
+                yield from self.on_driver(draw + self.cold_work("driver", "replay_sample", draw))
                 self.stock_calls["buffer_sample"] += 1
                 selections = {}
                 for lr in learners:
@@ -156,8 +158,10 @@ class DqnLoop:
         w = self.workload
         traces = [UpdateTrace(update, lr.id, w.batch_size, t_free[lr.id], last_created, ready, ready, math.nan)
                   for lr in learners]
+        work = w.update_overhead + w.batch_size * w.update_time_per_sample
         yield simpy.AllOf(self.env, [self.env.process(self.learner_compute(
-            lr, w.update_overhead + w.batch_size * w.update_time_per_sample)) for lr in learners])
+            lr, work + (self.cold_work(self.learner_process(lr), "update", work) if lr.hbm is None else 0.0)))
+            for lr in learners])
         self.rec.span(update, "update", ready, self.env.now)
         for u in traces:
             u.t_end = t_free[u.learner] = self.env.now
@@ -196,10 +200,14 @@ class DqnLoop:
             self.team.region(w.weight_set_time, spin_s=w.sync_spin_s)
         set_state = [self.start_call("driver", ("runner", runner.id)) for runner in runners]
         cold = sum(caller for caller, _ in set_state)  # the set_state calls' shares of the caller's surcharge
-        yield from self.on_driver(w.weight_sync_time + get_state
+        # the warm-up debt (conduit.sim.coldwork) of the learner's get_state and the local EnvRunner's set_state
+        debt = (self.cold_work("driver", "get_state", w.weight_sync_time)
+                + self.cold_work("driver", "set_state", w.weight_set_time))
+        yield from self.on_driver(w.weight_sync_time + get_state + debt
                                   + (len(runners) * s.rpc_driver_cpu + cold * s.rpc_cold_caller_cpu))
         for runner, (_, callee) in zip(runners, set_state, strict=True):
-            self.queue_on_runner(runner, self.callee_cpu(callee) + s.get_per_object + w.weight_set_time)
+            self.queue_on_runner(runner, self.callee_cpu(callee) + s.get_per_object + w.weight_set_time
+                                 + self.cold_work(("runner", runner.id), "set_state", w.weight_set_time))
         self.rec.span(max(it, update - 1), "weight_sync", t_sync, self.env.now)
 
     def _stock_dqn_fetch(self, runner: RunnerRole, cid: int) -> Generator:
@@ -222,8 +230,9 @@ class DqnLoop:
 
     def _dqn_sample(self, runner: RunnerRole) -> Generator:
         """One ``sample()`` call: the runner's thread on a core of its node (in quanta where crowded)."""
-        yield from self.on_cores(runner.node, self.remote_sample_time(runner, self.workload.fragment_length),
-                                 thread=("runner", runner.id))
+        seconds = self.remote_sample_time(runner, self.workload.fragment_length)
+        seconds += self.cold_work(("runner", runner.id), "runner_call", seconds)  # (conduit.sim.coldwork)
+        yield from self.on_cores(runner.node, seconds, thread=("runner", runner.id))
         chunk, _ = self.new_chunk(runner, self.layout.learner_of_runner[runner.id], self.version)
         yield from self.runner_metrics(runner)  # get_metrics() in the same call, after the step's sample-end
         return chunk.id

@@ -37,6 +37,7 @@ from conduit.plane import Arbiter, ChunkLedger, Rejections, rules_for
 from conduit.policy import ChunkInfo, Policy
 from conduit.sim.appo import AppoLoop
 from conduit.sim.cluster import ClusterLayout, LearnerRole, RunnerRole, lay_out
+from conduit.sim.coldwork import ColdWorkCosts
 from conduit.sim.cores import CoreUse
 from conduit.sim.deployed import MULTI_LEARNER_WARNING, DeployedRoute
 from conduit.sim.direct import DirectRoute
@@ -136,7 +137,7 @@ class SimResult:
         return to_frame(self.to_rows(kind))
 
 
-class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse, ColdCallCosts):
+class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse, ColdCallCosts, ColdWorkCosts):
     """One simulated training run. ``run()`` returns a :class:`SimResult`.
 
     ``memoize_view=False`` makes the policy's :class:`~conduit.sim.view.SimClusterView` recompute
@@ -192,6 +193,7 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         self.stock, self.plane = stock or StockCosts(), plane
         self.plane_source = plane_source
         self.start_cold_law()
+        self.start_cold_work()
         #: Conduit as enable() deploys it (:mod:`conduit.sim.deployed`), not the design target
         self.deployed = self.path.route == "direct" and self.path.deployment == "enable"
         if self.deployed:

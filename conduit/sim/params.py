@@ -114,6 +114,11 @@ section ``gap`` of ``benchmarks/stock_primitives.py`` (``STOCK_COLD_SOURCES``), 
 +0.49 ms callee. All 0 is no law (every call at its back-to-back cost): what a file measured before the
 section gives (:func:`studies.validation.stock_costs_from_primitives`).
 
+The ``wake_*`` fields are the warm-up debt (:mod:`conduit.sim.coldwork`): what each of DQN's per-round
+primitives costs more right after its thread slept than back to back, from section ``wake`` of
+``benchmarks/stock_primitives.py`` (``STOCK_WAKE_SOURCES``). The built-in costs carry none yet (all 0: no debt):
+a validation window that measured the section reads its own.
+
 :class:`PlaneCosts` are Conduit's own costs: writing a chunk columnar into a preallocated staging
 slot is a memcpy (``ingest_copy_bandwidth``), and the per-sample connector work is the same work as
 stock's (we do not assume our batch building is cheaper; we only move it off the critical path).
@@ -168,6 +173,18 @@ STOCK_COLD_SOURCES: dict[str, tuple[str, str]] = {
     "rpc_warm_within": ("rpc_warm_within_s", "as measured"),
     "rpc_cold_after": ("rpc_cold_after_s", "as measured"),
 }
+#: StockCosts fields of the warm-up debt (:mod:`conduit.sim.coldwork`), from section ``wake`` of a
+#: ``benchmarks/stock_primitives.py`` file; a file measured before that section keeps them 0 (no debt)
+STOCK_WAKE_SOURCES: dict[str, tuple[str, str]] = {
+    "wake_runner_call": ("wake_runner_call_s", "as measured"),
+    "wake_set_state": ("wake_set_state_s", "as measured"),
+    "wake_get_state": ("wake_get_state_s", "as measured"),
+    "wake_replay_add": ("wake_replay_add_s", "as measured"),
+    "wake_replay_sample": ("wake_replay_sample_s", "as measured"),
+    "wake_update": ("wake_update_s", "as measured"),
+    "wake_warm_within": ("wake_warm_within_s", "as measured"),
+    "wake_cold_after": ("wake_cold_after_s", "as measured"),
+}
 
 
 @dataclass(frozen=True)
@@ -215,11 +232,24 @@ class StockCosts:
     rpc_cold_callee_cpu: float = 0.4485e-3
     rpc_warm_within: float = 1.163e-3
     rpc_cold_after: float = 12.35e-3
+    # the warm-up debt (conduit.sim.coldwork): what each of DQN's per-round primitives adds when its thread has not
+    # run it for wake_cold_after seconds (none within wake_warm_within); all 0: no debt (no built-in figure yet)
+    wake_runner_call: float = 0.0
+    wake_set_state: float = 0.0
+    wake_get_state: float = 0.0
+    wake_replay_add: float = 0.0
+    wake_replay_sample: float = 0.0
+    wake_update: float = 0.0
+    wake_warm_within: float = 0.0
+    wake_cold_after: float = 0.0
 
     def __post_init__(self) -> None:
         if self.rpc_cold_after > 0 and self.rpc_warm_within > self.rpc_cold_after:
             raise ConduitError(f"rpc_warm_within ({self.rpc_warm_within!r} s) must not exceed rpc_cold_after "
                                f"({self.rpc_cold_after!r} s): a call is warm up to the first and cold from the second")
+        if self.wake_cold_after > 0 and self.wake_warm_within > self.wake_cold_after:
+            raise ConduitError(f"wake_warm_within ({self.wake_warm_within!r} s) must not exceed wake_cold_after "
+                               f"({self.wake_cold_after!r} s): work is warm up to the first and cold from the second")
 
     def without_cold_calls(self) -> StockCosts:
         """These costs with the cold-call law off (no ramp: every call at its back-to-back cost); the surcharges
@@ -227,6 +257,13 @@ class StockCosts:
         from dataclasses import replace
 
         return replace(self, rpc_warm_within=0.0, rpc_cold_after=0.0)
+
+    def without_warm_up_debt(self) -> StockCosts:
+        """These costs with the warm-up debt off (:mod:`conduit.sim.coldwork`: every primitive at its back-to-back
+        cost); the figures stay, unread."""
+        from dataclasses import replace
+
+        return replace(self, wake_warm_within=0.0, wake_cold_after=0.0)
 
     def sample_serialize(self, episodes: float, steps: float, nbytes: float) -> float:
         """EnvRunner side of returning sampled episodes (one object: Ray's serializer over the list, its
