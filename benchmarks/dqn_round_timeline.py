@@ -39,7 +39,10 @@ study's instrumentation hooks), against ``results/validation/run-1021``'s predic
 
 The same ``sample()`` in one process costs 1.0 ms of thread CPU back to back and 2.2-2.4 ms right after a 16 ms
 sleep (``benchmarks/wake_debt.py``): the EnvRunner, which sleeps about 16 ms of every round, pays that warm-up
-debt on every call.
+debt on every call. Against ``results/validation/run-1249`` (a window that measured that debt, section ``wake`` of
+``benchmarks/stock_primitives.py``: :mod:`conduit.sim.coldwork`), 13:26: sample call 7.80 ms measured / 6.91 ms
+simulated, buffer add 0.66 / 1.01, buffer sample 1.95 / 2.89, update 6.06 / 6.03, weight sync 3.31 / 3.09, round
+23.65 / 20.96 ms.
 
     RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/dqn_round_timeline.py [--iters 6] [--warmup 2]
         [--dqn-steps 250] [--window results/validation/run-1021] [--json OUT]

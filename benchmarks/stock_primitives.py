@@ -250,7 +250,7 @@ def _learner_primitives() -> dict:
             "learner_results_pieces_s": m.extra["pieces_s"], "learner_results_note": m.note}
 
 
-def _wake_primitives(repeats: int) -> dict:
+def _wake_primitives(repeats: int, trials: int | None = None) -> dict:
     """Section ``wake``: what each of DQN's per-round primitives costs more right after its thread slept
     :data:`WAKE_SLEEP_S` than back to back (:mod:`conduit.runtime.wakedebt`: thread CPU, medians over alternating
     warm and cold units), on RLlib's default DQN config for CartPole, one torch thread (the simulator's warm-up
@@ -282,7 +282,7 @@ def _wake_primitives(repeats: int) -> dict:
     cfg = DQNConfig().environment("CartPole-v1").learners(num_learners=0)
     runner = calibrate._local_env_runner(cfg)
     learner = cfg.build_learner(env=runner.env)
-    trials = max(40, repeats)
+    trials = trials or max(40, repeats)
     try:
         buffer = calibrate._replay_buffer(dict(cfg.replay_buffer_config))
         n = int(cfg.total_train_batch_size)

@@ -156,3 +156,20 @@ def test_the_gap_section_writes_the_curve_and_the_law_derived_from_it(monkeypatc
     assert (out["rpc_warm_within_s"], out["rpc_cold_after_s"]) == (warm, cold)
     extra = callgap.cold_figures(out["rpc_gap_curve"])
     assert out["rpc_cold_caller_cpu_s"] == extra["caller_cpu_s"] and out["rpc_cold_round_trip_s"] == extra["wall_s"]
+
+
+def test_the_wake_section_writes_each_primitives_debt_under_the_names_the_simulator_reads():
+    """Section ``wake``: each of DQN's per-round primitives timed right after a sleep and back to back on a real
+    RLlib EnvRunner, buffer and learner (a few trials: the figures are noise here, their names and signs are the
+    contract), and the ramp through the EnvRunner's call, under the names ``STOCK_WAKE_SOURCES`` reads."""
+    pytest.importorskip("ray.rllib")
+    from conduit.sim.params import STOCK_WAKE_SOURCES
+
+    out = sp._wake_primitives(4, trials=3)
+    assert {key for key, _ in STOCK_WAKE_SOURCES.values()} <= set(out)
+    assert all(out[key] >= 0.0 for key, _ in STOCK_WAKE_SOURCES.values())
+    assert 0.0 <= out["wake_warm_within_s"] <= out["wake_cold_after_s"] <= sp.WAKE_SLEEP_S
+    assert set(out["wake_units_s"]) == {"runner_call", "set_state", "get_state", "replay_add", "replay_sample",
+                                        "update"}
+    assert [r["sleep_s"] for r in out["wake_curve"]] == list(sp.WAKE_RAMP_SLEEPS_S)
+    assert "wake" in sp.parse_sections("wake,gap")
