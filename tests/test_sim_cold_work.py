@@ -1,7 +1,8 @@
 """The warm-up debt (:mod:`conduit.sim.coldwork`): the per-(process, kind) clock and the debt as the simulation
 charges it -- off it changes nothing, it is charged only where DQN runs the primitives it was measured on, it never
 shortens a round, and with every piece cold it adds its figures to the back-to-back model's. The built-in costs
-carry no debt (all 0), so the properties set the figures themselves."""
+carry a measured debt (section ``wake`` merged into the shipped file), so the properties start from
+:data:`NO_DEBT`, those costs with every figure and the ramp at 0, and set the figures themselves."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from conduit.sim.workload import load_workload
 from conduit.topology import topology_from_dict
 
 SIM = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: the built-in costs without the warm-up debt
+NO_DEBT = replace(StockCosts(), **{f"wake_{kind}": 0.0 for kind in KINDS}, wake_warm_within=0.0, wake_cold_after=0.0)
 debt = st.floats(1e-5, 3e-3)
 debts = st.fixed_dictionaries({f"wake_{kind}": debt for kind in KINDS})
 
@@ -40,13 +43,18 @@ def _run(algorithm, policy, stock, local=True, iterations=None):
 
 
 def _on(figures: dict, warm: float = 0.0, cold: float = 1e-9) -> StockCosts:
-    return replace(StockCosts(), **figures, wake_warm_within=warm, wake_cold_after=cold)
+    return replace(NO_DEBT, **figures, wake_warm_within=warm, wake_cold_after=cold)
 
 
-def test_the_built_in_costs_carry_no_debt():
+def test_the_built_in_costs_carry_the_measured_debt_and_it_lengthens_dqn_rounds():
+    """The shipped stock file holds section ``wake``: a default DQN run charges the debt (its primitives run once a
+    round, 10 ms or more apart: cold), so it is longer than the same run without it; PPO's is not touched."""
     s = StockCosts()
-    assert all(getattr(s, f"wake_{kind}") == 0.0 for kind in KINDS)
-    assert s.wake_cold_after == 0.0
+    assert all(getattr(s, f"wake_{kind}") > 0.0 for kind in KINDS)
+    assert 0.0 < s.wake_warm_within < s.wake_cold_after
+    for policy in ("rllib-stock", "conduit"):
+        assert _run("dqn", policy, s)["iteration_time_s"] > _run("dqn", policy, NO_DEBT)["iteration_time_s"], policy
+    assert _run("ppo", "rllib-stock", s) == _run("ppo", "rllib-stock", NO_DEBT)
 
 
 @settings(max_examples=100, deadline=None)
@@ -72,8 +80,8 @@ def test_a_piece_pays_by_the_time_since_the_same_kind_of_piece_of_its_process_en
 @given(algorithm=st.sampled_from(["ppo", "dqn", "appo"]), policy=st.sampled_from(["rllib-stock", "conduit"]),
        figures=debts, local=st.booleans())
 def test_figures_without_a_ramp_change_nothing(algorithm, policy, figures, local):
-    off = replace(StockCosts(), **figures)  # wake_cold_after 0: no ramp
-    assert _run(algorithm, policy, off, local) == _run(algorithm, policy, StockCosts(), local)
+    off = replace(NO_DEBT, **figures)  # wake_cold_after 0: no ramp
+    assert _run(algorithm, policy, off, local) == _run(algorithm, policy, NO_DEBT, local)
 
 
 @SIM
@@ -81,14 +89,14 @@ def test_figures_without_a_ramp_change_nothing(algorithm, policy, figures, local
        figures=debts, local=st.booleans())
 def test_only_dqn_is_charged(algorithm, policy, figures, local):
     """The figures are DQN's primitives; other algorithms run their work in long pieces, back to back."""
-    assert _run(algorithm, policy, _on(figures), local) == _run(algorithm, policy, StockCosts(), local)
+    assert _run(algorithm, policy, _on(figures), local) == _run(algorithm, policy, NO_DEBT, local)
 
 
 @SIM
 @given(policy=st.sampled_from(["rllib-stock", "conduit"]), figures=debts, local=st.booleans(),
        scale=st.floats(1.0, 3.0))
 def test_the_debt_never_shortens_a_dqn_round_and_more_of_it_never_less(policy, figures, local, scale):
-    base = _run("dqn", policy, StockCosts(), local)["iteration_time_s"]
+    base = _run("dqn", policy, NO_DEBT, local)["iteration_time_s"]
     some = _run("dqn", policy, _on(figures), local)["iteration_time_s"]
     more = _run("dqn", policy, _on({k: v * scale for k, v in figures.items()}), local)["iteration_time_s"]
     assert base * (1 - 1e-9) <= some <= more * (1 + 1e-9)
@@ -103,7 +111,7 @@ def test_every_piece_cold_adds_the_figures_on_a_stock_dqn_rounds_critical_path(f
     EnvRunner's and the driver's local EnvRunner's), the update's not at all (this learner is a GPU's). The
     cold-call law is off here: a longer weight sync spaces the next sample call further from the sync's set_state
     calls, and the law charges that spacing (a second-order effect, tested with the law)."""
-    base = _run("dqn", "rllib-stock", StockCosts().without_cold_calls())["iteration_time_s"]
+    base = _run("dqn", "rllib-stock", NO_DEBT.without_cold_calls())["iteration_time_s"]
     cold = _run("dqn", "rllib-stock", _on(figures).without_cold_calls())["iteration_time_s"]
     want = sum(figures.values()) + figures["wake_set_state"] - figures["wake_update"]
     assert cold - base == pytest.approx(want, rel=1e-6)
@@ -115,7 +123,7 @@ def test_a_gpu_learners_update_pays_no_debt():
     stock = _on({"wake_update": 2e-3})
     runs = [simulate(topo, "dqn", "rllib-stock", iterations=40, stock_costs=s,
                      overrides={"runners_per_gpu": 1, "local_learner": False}).to_dict()["metrics"]
-            for s in (StockCosts(), stock)]
+            for s in (NO_DEBT, stock)]
     assert runs[0] == runs[1]
 
 
@@ -142,9 +150,11 @@ def test_validation_reads_the_debt_from_a_window_that_measured_it_and_says_when_
 
     data = json.loads((Path(__file__).parents[1] / val.DEFAULT_PRIMITIVES).read_text())
     fields = {k for k, _ in STOCK_WAKE_SOURCES.values()}
-    assert not fields & set(data)  # the built-in file has no section wake yet
+    assert fields <= set(data)  # section wake merged into the built-in file
+    data = {k: v for k, v in data.items() if k not in fields}  # a window measured before the section
     (tmp_path / "before.json").write_text(json.dumps(data))
     old = val.stock_costs_from_primitives(tmp_path / "before.json")
+    assert StockCosts().wake_cold_after > 0  # the built-in costs carry a debt; the window's file did not measure one
     assert all(getattr(old, name) == 0.0 for name in STOCK_WAKE_SOURCES)
     assert "no section wake" in val.warm_up_debt_summary(old, True)["state"]
     wake = {"wake_runner_call_s": 1.46e-3, "wake_set_state_s": 0.46e-3, "wake_get_state_s": 0.40e-3,

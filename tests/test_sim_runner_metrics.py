@@ -28,8 +28,9 @@ ITERATIONS = {"ppo": 3, "dqn": 40}
 
 #: the built-in costs without the cold-call law (:mod:`conduit.sim.raycalls`): these properties move seconds
 #: within a call, which moves the start of the calls after it, and the law charges a call by the time since each
-#: side's previous one -- a shift of the spacing the law would price, not the metrics' seconds the tests measure
-NO_LAW = StockCosts().without_cold_calls()
+#: side's previous one -- a shift of the spacing the law would price, not the metrics' seconds the tests measure;
+#: the warm-up debt (:mod:`conduit.sim.coldwork`) prices the time since each piece's previous end the same way
+NO_LAW = StockCosts().without_cold_calls().without_warm_up_debt()
 
 
 def _metrics(algorithm: str, policy: str, call: float, after: float) -> dict:

@@ -29,7 +29,13 @@ from conduit.policies.janus import janus, janus_name, parse_janus_name
 from conduit.registry import create_policy
 from conduit.sim.appo import shard_object_refs
 from conduit.sim.engine import Simulation
-from conduit.sim.params import STOCK_COLD_SOURCES, STOCK_PRIMITIVES_FILE, STOCK_SOURCES, StockCosts
+from conduit.sim.params import (
+    STOCK_COLD_SOURCES,
+    STOCK_PRIMITIVES_FILE,
+    STOCK_SOURCES,
+    STOCK_WAKE_SOURCES,
+    StockCosts,
+)
 from conduit.sim.workload import load_workload
 from conduit.topology import topology_from_dict
 
@@ -274,6 +280,9 @@ def test_every_measured_stock_cost_is_the_figure_of_the_file_it_names():
     for name, (key, how) in STOCK_COLD_SOURCES.items():  # the cold-call law: section gap, merged into the file
         assert how == "as measured" and getattr(defaults, name) == pytest.approx(data[key], rel=2e-3), name
     assert 0 < defaults.rpc_warm_within < defaults.rpc_cold_after
+    for name, (key, how) in STOCK_WAKE_SOURCES.items():  # the warm-up debt: section wake, merged into the file
+        assert how == "as measured" and getattr(defaults, name) == pytest.approx(data[key], rel=2e-3), name
+    assert 0 < defaults.wake_warm_within < defaults.wake_cold_after
 
 
 # ---------------------------------------------------------------- Janus knobs

@@ -65,13 +65,14 @@ class SegmentComparison:
 def compare(iterations: int = 6, seed: int = 0) -> list[SegmentComparison]:
     """Simulate both reference runs and compare every measured segment's share of the iteration.
 
-    The cold-call law (:mod:`conduit.sim.raycalls`) is off here: the ``ref-*`` presets copy whole measured
-    calls (``runner_call_overhead``, ``weight_sync_time``), which already hold whatever the reference runs paid
-    for calls made cold; charging the law on top would count it twice."""
+    The cold-call law (:mod:`conduit.sim.raycalls`) and the warm-up debt (:mod:`conduit.sim.coldwork`) are off
+    here: the ``ref-*`` presets copy whole measured calls and pieces (``runner_call_overhead``,
+    ``weight_sync_time``), which already hold whatever the reference runs paid for calls made cold and for work
+    done right after a sleep; charging either on top would count it twice."""
     from conduit.sim.params import StockCosts
     from conduit.sim.run import simulate
 
-    no_law = StockCosts().without_cold_calls()
+    no_law = StockCosts().without_cold_calls().without_warm_up_debt()
     rows = []
     for workload, measured in REFERENCE.items():
         its = iterations if workload == "ref-ppo-atari" else iterations * 10

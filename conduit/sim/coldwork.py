@@ -24,8 +24,9 @@ it ran first after its thread's sleep: in the real round the EnvRunner's ``set_s
 stock and deployed (:mod:`conduit.sim.dqn`, :mod:`conduit.sim.deployed`); a learner's update only on a CPU
 learner (a GPU update's debt is not measured). Other algorithms run the same kinds of work in pieces of tens of
 milliseconds to seconds, back to back, where a debt of 1-3 ms once per call is lost in the figures' noise; they
-are not charged. The built-in costs carry no figure yet (all 0: no debt), and a validation window measured before
-the section has none either.
+are not charged. The built-in costs carry section ``wake`` of ``benchmarks/stock_primitives.2core-vm.json``
+(merged 2026-12-07 13:25; :class:`~conduit.sim.params.StockCosts` restates it); a validation window measured before
+the section has none (all 0: no debt).
 """
 
 from __future__ import annotations

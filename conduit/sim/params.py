@@ -115,9 +115,13 @@ section ``gap`` of ``benchmarks/stock_primitives.py`` (``STOCK_COLD_SOURCES``), 
 section gives (:func:`studies.validation.stock_costs_from_primitives`).
 
 The ``wake_*`` fields are the warm-up debt (:mod:`conduit.sim.coldwork`): what each of DQN's per-round
-primitives costs more right after its thread slept than back to back, from section ``wake`` of
-``benchmarks/stock_primitives.py`` (``STOCK_WAKE_SOURCES``). The built-in costs carry none yet (all 0: no debt):
-a validation window that measured the section reads its own.
+primitives costs more right after its thread slept 20 ms than back to back, from section ``wake`` of
+``benchmarks/stock_primitives.py`` (``STOCK_WAKE_SOURCES``), merged into :data:`STOCK_PRIMITIVES_FILE` on
+2026-12-07 13:25 (``--sections wake --merge``; ``wake_when``): the EnvRunner's sample call +1.46 ms, its
+``set_state`` +0.56 ms, the learner's ``get_state`` +0.48 ms, the buffer's ``add`` +0.71 ms and ``sample`` +0.73 ms,
+the learner's update +1.38 ms; the ramp (the EnvRunner's call after sleeps of 1-20 ms) warm within 1 ms, cold from
+10 ms. A second run a minute later read +1.17 / +0.48 / +0.44 / +0.64 / +0.89 / +1.41 ms, warm within 0, cold from
+10 ms. All 0 (``wake_cold_after`` 0) is no debt: what a file measured before the section gives.
 
 :class:`PlaneCosts` are Conduit's own costs: writing a chunk columnar into a preallocated staging
 slot is a memcpy (``ingest_copy_bandwidth``), and the per-sample connector work is the same work as
@@ -233,15 +237,15 @@ class StockCosts:
     rpc_warm_within: float = 1.163e-3
     rpc_cold_after: float = 12.35e-3
     # the warm-up debt (conduit.sim.coldwork): what each of DQN's per-round primitives adds when its thread has not
-    # run it for wake_cold_after seconds (none within wake_warm_within); all 0: no debt (no built-in figure yet)
-    wake_runner_call: float = 0.0
-    wake_set_state: float = 0.0
-    wake_get_state: float = 0.0
-    wake_replay_add: float = 0.0
-    wake_replay_sample: float = 0.0
-    wake_update: float = 0.0
-    wake_warm_within: float = 0.0
-    wake_cold_after: float = 0.0
+    # run it for wake_cold_after seconds (none within wake_warm_within); all 0: no debt
+    wake_runner_call: float = 1.456e-3
+    wake_set_state: float = 0.5551e-3
+    wake_get_state: float = 0.4795e-3
+    wake_replay_add: float = 0.7080e-3
+    wake_replay_sample: float = 0.7317e-3
+    wake_update: float = 1.380e-3
+    wake_warm_within: float = 1.0e-3
+    wake_cold_after: float = 10.0e-3
 
     def __post_init__(self) -> None:
         if self.rpc_cold_after > 0 and self.rpc_warm_within > self.rpc_cold_after:
