@@ -151,23 +151,25 @@ def stock_costs_from_primitives(path: str | Path = DEFAULT_PRIMITIVES):
         if key not in data:
             raise SystemExit(f"{path}: no field {key!r} (needed for StockCosts.{name})")
         values[name] = float(data[key])
-    # the cold-call law (section gap, since 2026-12-07): all of it or none (a file measured before keeps it off)
-    cold = {name: key for name, (key, _how) in STOCK_COLD_SOURCES.items() if key in data}
-    if cold and len(cold) < len(STOCK_COLD_SOURCES):
-        missing = sorted(k for n, (k, _) in STOCK_COLD_SOURCES.items() if n not in cold)
-        raise SystemExit(f"{path}: the cold-call law needs {', '.join(missing)} too (benchmarks/stock_primitives.py "
-                         f"--sections gap)")
-    # a file without the section has no law, whatever the built-in costs carry: its window's calls were not timed spaced
-    values.update({name: float(data[key]) if cold else 0.0 for name, (key, _how) in STOCK_COLD_SOURCES.items()})
-    # the warm-up debt (section wake, since 2026-12-07 13:00): all of it or none (none: no debt)
-    wake = {name: key for name, (key, _how) in STOCK_WAKE_SOURCES.items() if key in data}
-    if wake and len(wake) < len(STOCK_WAKE_SOURCES):
-        missing = sorted(k for n, (k, _) in STOCK_WAKE_SOURCES.items() if n not in wake)
-        raise SystemExit(f"{path}: the warm-up debt needs {', '.join(missing)} too (benchmarks/stock_primitives.py "
-                         f"--sections wake)")
-    values.update({name: float(data[key]) if wake else 0.0 for name, (key, _how) in STOCK_WAKE_SOURCES.items()})
+    # the cold-call law (section gap) and the warm-up debt (section wake), each all or none: a file measured before
+    # a section has none of it, whatever the built-in costs carry (its window's work was not timed spaced)
+    values.update(_section_values(data, path, STOCK_COLD_SOURCES, "the cold-call law", "gap"))
+    values.update(_section_values(data, path, STOCK_WAKE_SOURCES, "the warm-up debt", "wake"))
     values["buffer_sample_per_call"] = float(data["buffer_sample_s"]) - 32 * float(data["buffer_sample_per_item_s"])
     return replace(StockCosts(), **values)
+
+
+def _section_values(data: Mapping[str, Any], path: str | Path, sources: Mapping[str, tuple[str, str]], what: str,
+                    section: str) -> dict[str, float]:
+    """The StockCosts fields ``sources`` maps from a stock primitives file's optional ``section``: every one as
+    measured, or every one 0 when the file has none of them; a file with some but not all is refused, naming the
+    missing fields and the command that measures them."""
+    present = [name for name, (key, _how) in sources.items() if key in data]
+    if present and len(present) < len(sources):
+        missing = sorted(key for name, (key, _how) in sources.items() if name not in present)
+        raise SystemExit(f"{path}: {what} needs {', '.join(missing)} too (benchmarks/stock_primitives.py "
+                         f"--sections {section})")
+    return {name: float(data[key]) if present else 0.0 for name, (key, _how) in sources.items()}
 
 
 def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str = "cpu") -> dict[str, Any]:
