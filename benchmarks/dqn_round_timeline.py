@@ -19,7 +19,8 @@ EnvRunner's ``sample()``, and ``sample()`` returning -> the reply back in the dr
 iterations are left out (learning starts after the first ``--dqn-steps`` steps).
 
 With ``--window DIR`` (a validation window: ``calibration.json``, ``stock_primitives.json``,
-``plane_primitives.json``, ``contention.json`` where it has one) it also simulates the same workload from that
+``plane_primitives.json``; ``--contention FILE``, the file its validation run was given, else the window's own
+``contention.json`` where it has one) it also simulates the same workload from that
 window's microbenchmarks, as ``studies/validation.py`` predicts it, and prints the simulator's span per part
 beside the measured one.
 
@@ -45,7 +46,8 @@ simulated, buffer add 0.66 / 1.01, buffer sample 1.95 / 2.89, update 6.06 / 6.03
 23.65 / 20.96 ms.
 
     RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/dqn_round_timeline.py [--iters 6] [--warmup 2]
-        [--dqn-steps 250] [--window results/validation/run-1021] [--json OUT]
+        [--dqn-steps 250] [--window results/validation/run-1021 [--contention results/validation/contention.json]]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -193,9 +195,10 @@ def timeline(stamps: Sequence[tuple], since: float) -> dict:
     return out
 
 
-def simulate(window: Path, dqn_steps: int) -> dict:
+def simulate(window: Path, dqn_steps: int, contention: Path | None = None) -> dict:
     """The simulator's ``dqn-cartpole-1r`` stock prediction from ``window``'s files, as ``studies/validation.py``
-    makes it: ``{iteration_s, spans: {span: seconds per update}}``."""
+    makes it: ``{iteration_s, spans: {span: seconds per update}}``. ``contention``: the file the window's
+    validation run was given as ``--contention`` (default: the window's own ``contention.json``, if it has one)."""
     import validation
 
     from conduit.sim.cost_file import load_plane_costs
@@ -204,8 +207,10 @@ def simulate(window: Path, dqn_steps: int) -> dict:
     study = validation.experience_path_study()
     configs = validation.study_configs(study, study.parse_args(["--dqn-steps", str(dqn_steps)]), ["dqn-cartpole-1r"])
     calibration = json.loads((window / "calibration.json").read_text())
-    if (window / "contention.json").exists():
-        calibration = validation.with_contention(calibration, window / "contention.json")
+    if contention is None and (window / "contention.json").exists():
+        contention = window / "contention.json"
+    if contention is not None:
+        calibration = validation.with_contention(calibration, contention)
     stock = validation.stock_costs_from_primitives(window / "stock_primitives.json")
     plane = load_plane_costs(window / "plane_primitives.json")[0]
     topology, _ = validation.topology_from_calibration(calibration)
@@ -245,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="iterations left out (default 2)")
     parser.add_argument("--dqn-steps", type=int, default=250, help="env steps per iteration (the study's default)")
     parser.add_argument("--window", type=Path, default=None, help="a validation window to simulate from")
+    parser.add_argument("--contention", type=Path, default=None,
+                        help="with --window: the --contention file the window's validation run was given (default: "
+                             "the window's own contention.json, if any)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.iters <= args.warmup or args.warmup < 0:
@@ -256,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                    if not (args.window / f).is_file()]
         if missing:
             parser.error(f"--window {args.window}: missing {', '.join(missing)}")
-    simulated = simulate(args.window, args.dqn_steps) if args.window is not None else None
+    if args.contention is not None and (args.window is None or not args.contention.is_file()):
+        parser.error(f"--contention {args.contention}: needs --window and an existing file")
+    simulated = simulate(args.window, args.dqn_steps, args.contention) if args.window is not None else None
     stamps, starts = measure(args.iters, args.dqn_steps)
     measured = timeline(stamps, starts[args.warmup])
     print(format_report(measured, simulated))

@@ -72,7 +72,7 @@ def test_report_sets_the_simulated_spans_beside_the_parts():
 
 @pytest.mark.parametrize("argv, message", [
     (["--iters", "2", "--warmup", "2"], "--iters"), (["--dqn-steps", "1"], "--dqn-steps"),
-    (["--window", "/nonexistent-window"], "--window")])
+    (["--window", "/nonexistent-window"], "--window"), (["--contention", "/nonexistent.json"], "--contention")])
 def test_the_script_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         tl.main(argv)
