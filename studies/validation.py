@@ -497,25 +497,26 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
     chosen = {key: (algo, cfg) for key, (algo, cfg) in calibration_configs(configs).items()
               if (algo == "ppo" or not (only and set(only) <= PPO_PRIMITIVES))
               and (algo == "dqn" or not (only and set(only) <= dqn_only))}
-    for _ in range(max(1, repeat)):
-        with cal._torch_threads(1):
-            for key, (algo, cfg) in chosen.items() if one_thread else ():
-                ms = []
-                if "env_runner" in only:
-                    ms.append(cal.measure_env_runner(key, cfg, quick))
-                if "weights" in only:
-                    ms += [m for m in cal.measure_module(key, algo, cfg, quick) if m.name.startswith("weights:")]
-                if not runner_only:
-                    ms += cal.measure_learner(key, algo, cfg, quick)
-                if runner_only and "runner_metrics" in only:
-                    ms += cal.measure_runner_call(key, algo, cfg, quick)
-                for m in ms:
-                    runs.setdefault(m.name, []).append(m)
-        local = not only or any(k in LOCAL_PRIMITIVES for k in only)
-        for key, (algo, cfg) in chosen.items() if local and not runner_only else ():
-            if int(cfg.num_learners or 0) == 0:  # a local learner: the driver's torch threads, wall clock
-                for m in cal.measure_local_learner(key, algo, cfg, quick):
-                    runs.setdefault(m.name, []).append(m)
+    with cal.attached_ray(log):  # timed as the calibration's workload primitives are: attached to a running Ray
+        for _ in range(max(1, repeat)):
+            with cal._torch_threads(1):
+                for key, (algo, cfg) in chosen.items() if one_thread else ():
+                    ms = []
+                    if "env_runner" in only:
+                        ms.append(cal.measure_env_runner(key, cfg, quick))
+                    if "weights" in only:
+                        ms += [m for m in cal.measure_module(key, algo, cfg, quick) if m.name.startswith("weights:")]
+                    if not runner_only:
+                        ms += cal.measure_learner(key, algo, cfg, quick)
+                    if runner_only and "runner_metrics" in only:
+                        ms += cal.measure_runner_call(key, algo, cfg, quick)
+                    for m in ms:
+                        runs.setdefault(m.name, []).append(m)
+            local = not only or any(k in LOCAL_PRIMITIVES for k in only)
+            for key, (algo, cfg) in chosen.items() if local and not runner_only else ():
+                if int(cfg.num_learners or 0) == 0:  # a local learner: the driver's torch threads, wall clock
+                    for m in cal.measure_local_learner(key, algo, cfg, quick):
+                        runs.setdefault(m.name, []).append(m)
     for name, ms in runs.items():
         if only and name.split(":", 1)[0] not in only:
             continue
@@ -527,6 +528,7 @@ def add_learner_primitives(calibration: dict[str, Any], configs: Mapping[str, An
         entry["extra"]["load_average"] = [round(x, 2) for x in load]
         entry["extra"]["speed_probe"] = speed
         entry["extra"]["runs"] = len(ms)
+        entry["extra"]["ray_attached"] = True
         workload[name] = entry
         log(f"calibrate: {m.summary()}")
     out["workload"] = workload
@@ -744,13 +746,17 @@ def recheck_env_runner(configs: Mapping[str, Any], name: str, quick: bool) -> di
     key = _recheck_key(configs, name)
     _, cfg = calibration_configs(configs)[key]
     load = os.getloadavg()
-    with cal._torch_threads(1):
+    with cal.attached_ray(), cal._torch_threads(1):  # as the calibration timed it: attached to a running Ray
         m = cal.measure_env_runner(key, cfg, quick)
     return _stamped(m.to_dict(), load)
 
 
 def _stamped(entry: dict[str, Any], load: Sequence[float]) -> dict[str, Any]:
-    """A re-timed entry with the host probe now and the load average before it in ``extra``."""
+    """A re-timed entry with the host probe now, the load average before it and whether it was timed
+    attached to a running Ray (:func:`conduit.runtime.calibrate.attached_ray`) in ``extra``."""
+    import ray
+
+    entry["extra"]["ray_attached"] = bool(ray.is_initialized())
     entry["extra"]["speed_probe"] = hostspeed.probe()
     entry["extra"]["load_average"] = [round(x, 2) for x in load]
     return entry
@@ -798,6 +804,15 @@ def recheck_primitives(configs: Mapping[str, Any], calibration: Mapping[str, Any
     within two hours, while the host probe moved 4-7% and the EnvRunner sweep 5-15%: the update is the
     learner-bound workloads' largest primitive, and its drift is not the sweep's. (Re-timed, it did not close
     APPO large-obs' gap: ``results/validation/NOTES.md``.)"""
+    from conduit.runtime import calibrate as cal
+
+    with cal.attached_ray():  # one Ray for every re-timing of this workload
+        return _recheck_attached(configs, calibration, name, quick)
+
+
+def _recheck_attached(configs: Mapping[str, Any], calibration: Mapping[str, Any], name: str,
+                      quick: bool) -> dict[str, dict[str, Any]]:
+    """:func:`recheck_primitives` with Ray up."""
     from conduit.runtime import calibrate as cal
 
     out = {"env_runner": recheck_env_runner(configs, name, quick)}

@@ -166,7 +166,11 @@ def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float],
     ``anchor="largest"``: the latency is the intercept of that least-squares line instead, for a sweep
     whose largest size is the one the workload runs at (a whole train batch): the fit then reproduces
     the time measured there, where a latency read off the smallest size would not (the slope through
-    the large sizes misses a small size's time by whatever is not linear in between).
+    the large sizes misses a small size's time by whatever is not linear in between). Where that
+    intercept is negative (a cost that grows faster than the size: PPO's GAE piece on large observations,
+    whose value pass frees its activations back to the kernel only above glibc's mmap threshold), the fit
+    is the line through the origin and the largest size's median, still exact there; clamping the
+    intercept to 0 and keeping the slope would overstate the largest size by the intercept.
 
     Where the bytes cost under a tenth of the largest size's time (a zero-copy operation such as
     ``ray.get`` or out-of-band pickling), the sweep cannot resolve a bandwidth: it is then the largest
@@ -197,6 +201,10 @@ def fit_latency_bandwidth(sizes: Sequence[float], times: Sequence[float],
     if anchor == "largest":
         latency = float(intercept)
         how = f"bandwidth and latency = least-squares line through the {k} largest sizes"
+        if latency < 0:  # a cost that grows faster than the size: stay exact at the largest size
+            return 0.0, float(s[-1] / t[-1]), (
+                how + " had a negative latency (the time grows faster than the size): latency 0 and bandwidth = "
+                "largest size / its time, exact there")
     else:
         latency = float(t[0] - s[0] / bandwidth)
         how = (f"bandwidth = least-squares slope over the {k} largest sizes, latency = smallest size's time "
@@ -497,11 +505,12 @@ class RayStartError(Exception):
 
 
 @contextlib.contextmanager
-def _local_ray(ray: Any, prefix: str, store: int, progress: Progress | None = None) -> Iterator[bool]:
-    """A Ray for a measurement: the running one if there is one, else a local one (one CPU, token auth off,
-    usage stats off, its own temp dir, ``store`` bytes of object store) shut down on exit. Yields whether
-    it was started here. The environment variables it sets are restored and the temp dir removed on
-    exit; a failed start raises :class:`RayStartError`."""
+def _local_ray(ray: Any, prefix: str, store: int | None, progress: Progress | None = None,
+               num_cpus: int = 1) -> Iterator[bool]:
+    """A Ray for a measurement: the running one if there is one, else a local one (``num_cpus``, token auth
+    off, usage stats off, its own temp dir, ``store`` bytes of object store, Ray's default where None) shut
+    down on exit. Yields whether it was started here. The environment variables it sets are restored and
+    the temp dir removed on exit; a failed start raises :class:`RayStartError`."""
     import logging
 
     own = not ray.is_initialized()
@@ -512,10 +521,10 @@ def _local_ray(ray: Any, prefix: str, store: int, progress: Progress | None = No
     try:
         if own:
             if progress is not None:
-                progress(f"calibrate: starting Ray (num_cpus=1, object store {format_quantity(store, Kind.BYTES)}, "
-                         f"temp dir {tmp})")
+                size = "Ray's default" if store is None else format_quantity(store, Kind.BYTES)
+                progress(f"calibrate: starting Ray (num_cpus={num_cpus}, object store {size}, temp dir {tmp})")
             try:
-                ray.init(num_cpus=1, include_dashboard=False, _temp_dir=tmp, object_store_memory=store,
+                ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=tmp, object_store_memory=store,
                          log_to_driver=False, logging_level=logging.WARNING)
             except Exception as exc:  # the caller records it and goes on
                 first = str(exc).splitlines()[0] if str(exc) else ""
@@ -531,6 +540,27 @@ def _local_ray(ray: Any, prefix: str, store: int, progress: Progress | None = No
             else:
                 os.environ[key] = value
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def attached_ray(progress: Progress | None = None) -> Iterator[bool]:
+    """A running Ray for the workload primitives (:func:`measure_workload_primitives`; the validation's
+    learner primitives and re-timings): the one already running, else a local one as the study's real runs
+    start theirs (every CPU of the machine, Ray's default object store), shut down on exit. Yields whether it
+    was started here; a failed start raises :class:`RayStartError`.
+
+    Why: every piece of a real run executes in a process attached to a running Ray (the EnvRunners and
+    remote learners are its actors, a local learner is its driver), and on the 2-core VM that changes what a
+    piece costs. PPO's ``GeneralAdvantageEstimation`` piece on ``ppo-largeobs``'s 2,000 fresh samples, one
+    torch thread, the same process timed with and without ``ray.init`` (2026-12-07 15:20 UTC): 0.55 s
+    (0.52-0.61) detached, 0.82-0.95 s attached (0.71-1.34), nearly all of the difference system time on
+    the same ~190 thousand page faults; the real learner actor's piece took 0.85-1.16 s. The update
+    after it, the EnvRunner's sampling and APPO's update did not move; a bare loop of fresh page faults
+    did not either (``benchmarks/ray_attached.py``)."""
+    import ray
+
+    with _local_ray(ray, "conduit-attached-", None, progress, num_cpus=max(1, int(os.cpu_count() or 1))) as own:
+        yield own
 
 
 def _measure_object_store(plan: _Plan, progress: Progress | None, host: dict[str, Any]) -> list[Measurement]:
@@ -1028,7 +1058,7 @@ def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, pr
     keep(*_measure_pickle(plan))
     if disk:
         keep(*_measure_disk(plan, tmpdir, out.host))
-    if workloads:  # before Ray starts: ray.init flushes Tune's env registry into a store ray.shutdown drops
+    if workloads:  # under their own Ray (attached_ray), shut down before the object store's starts
         out.workload = measure_workload_primitives(workloads, quick=quick, progress=progress)
         out.host["contention"] = _measure_contention(quick, progress)
     if ray:
@@ -2315,9 +2345,26 @@ def _leaves(tree: Any):
 def measure_workload_primitives(configs: dict[str, tuple[str, Any]], quick: bool = False,
                                 progress: Progress | None = None) -> dict[str, WorkloadMeasurement]:
     """Every workload primitive of ``configs`` (``{name: (algo, AlgorithmConfig)}``, algo one of ppo,
-    appo, dqn), keyed ``"<primitive>:<name>"``. One torch thread throughout; a primitive that fails is
-    recorded as not measured (with the reason), never skipped silently."""
+    appo, dqn), keyed ``"<primitive>:<name>"``. One torch thread throughout, in a process attached to a
+    running Ray (:func:`attached_ray`, as the real run's pieces run; ``extra["ray_attached"]``); a primitive
+    that fails is recorded as not measured (with the reason), never skipped silently, and so is every one
+    when Ray cannot start."""
     out: dict[str, WorkloadMeasurement] = {}
+    try:
+        with attached_ray(progress):
+            _measure_each_workload(configs, quick, progress, out)
+    except RayStartError as exc:
+        for name in configs:
+            m = WorkloadMeasurement(f"workload:{name}", math.nan, math.nan, 0,
+                                    f"{exc} (the workload primitives are timed attached to a running Ray)")
+            log.warning("calibrate: %s not measured: %s", m.name, m.note)
+            out[m.name] = m
+    return out
+
+
+def _measure_each_workload(configs: dict[str, tuple[str, Any]], quick: bool, progress: Progress | None,
+                           out: dict[str, WorkloadMeasurement]) -> None:
+    """:func:`measure_workload_primitives`'s loop, with Ray up."""
     with _torch_threads(1):
         for name, (algo, config) in configs.items():
             for what in ("env_runner", "module"):
@@ -2336,10 +2383,10 @@ def measure_workload_primitives(configs: dict[str, tuple[str, Any]], quick: bool
                         out[m.name.replace(":", "_proxy:", 1)] = out[m.name]
                     if m.samples == 0:
                         log.warning("calibrate: %s not measured: %s", m.name, m.note)
+                    m.extra["ray_attached"] = True
                     out[m.name] = m
                     if progress is not None:
                         progress(f"calibrate: {m.summary()}")
-    return out
 
 
 def default_workload_configs() -> dict[str, tuple[str, Any]]:
