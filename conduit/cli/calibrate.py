@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--workloads", action="store_true",
                      help="also measure workload primitives (needs the rllib extra): RLlib EnvRunner sampling per "
                           "step, RLModule update and value pass per sample, weight get/set, for stock PPO, APPO "
-                          "and DQN on CartPole-v1 and the 84x84x4 uint8 LargeObsEnv (in --json's 'workload'); and "
+                          "and DQN on CartPole-v1 and the 84x84x4 uint8 LargeObsEnv (in --json's 'workload'), each "
+                          "timed attached to a running Ray as a real run's pieces run (a local Ray is started for "
+                          "them, --no-ray included, unless one is running); and "
                           "what that compute costs while every core is taken (the topology CPU's "
                           "oversubscribed_cpu_cost, in --json's host.contention)")
     cal.add_argument("--json", action="store_true",
