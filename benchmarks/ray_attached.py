@@ -3,7 +3,7 @@ timed detached (issue 13: PPO large-obs' exposed latency predicted 39-46% short)
 
 Every piece of a real run executes in a process attached to a running Ray: the EnvRunners and remote learners
 are Ray actors, a local learner is the driver. The calibration used to time the workload primitives in a
-process without Ray. This times PPO's learner pieces the way the calibration does
+process without Ray, and times them attached now. This times PPO's learner pieces the way the calibration does
 (:func:`conduit.runtime.calibrate._ppo_learner_iteration`: fresh episodes of ``--steps`` env steps sampled
 before each round, not timed; RLlib's ``GeneralAdvantageEstimation`` piece inside the learner's own connector
 pipeline; then ``Learner.update`` on the batch it built, with the config's minibatches and epochs; one torch
@@ -12,13 +12,20 @@ thread) in one process, in alternating blocks of ``--rounds`` rounds detached an
 control: a bare loop that faults in ``--touch-mb`` MB of fresh 4 KiB pages and unmaps them. Per piece: the
 median wall time, thread CPU and system time, and the page faults, detached and attached, and their ratio.
 
-2026-12-07 15:20-15:30 UTC, on the 2-core VM (AMD EPYC host, otherwise idle), ``ppo-largeobs-1r-1l`` (2,000
-steps of 84x84x4 uint8), ``/work/runs`` probes before this script: the GAE piece 0.55 s detached (0.52-0.61),
-0.82-0.95 s attached (0.71-1.34), almost all of it system time on the same ~190 thousand page faults; the update
-call 1.89 / 1.82-1.89 s; the control 0.43 / 0.41 s per 512 MB. The real learner actor's GAE piece in
-``ppo-largeobs-1r-1l`` stock took 0.85-1.16 s (wall equal to its thread's CPU: the work itself costs more, no
-core was waited for). The cause inside the kernel was not found; the calibration now times every workload
-primitive attached, as the run executes it.
+On the 2-core VM (AMD EPYC host, otherwise idle), ``ppo-largeobs-1r-1l`` (2,000 steps of 84x84x4 uint8), 2026-12-07:
+
+| when (UTC) | how | GAE piece detached | attached | update call detached / attached |
+|---|---|---:|---:|---:|
+| 15:20-15:30 | ``/work/runs`` probes, three experiments, alternating | 0.52-0.61 s | 0.71-1.34 s (median 0.82-0.95) | 1.89 / 1.82 s |
+| 16:01 | this script, 2 x 3 rounds | 0.533 s | 0.533 s (1.00x) | 1.694 / 1.737 s |
+| 16:03 | the 15:25 probe again | 0.53 s | 0.53 s | 1.73 / 1.71 s |
+
+The control did not move in any of them (0.40 s per 512 MB). The real learner actor's GAE piece took 0.97-1.27 s in the
+runs of four validation windows and 0.55-1.24 s in a probe at 16:04 (wall equal to its thread's CPU, the extra all
+system time on the same ~190 thousand page faults; the same piece rerun in that actor after the run: 0.52-0.86 s). So
+attachment is not, on its own, what makes the run's piece dearer: the VM's page faults cost more at some times and in
+some processes, and what decides it is not found. The calibration times its workload primitives attached all the
+same, as the run executes them; this script is the check.
 
     RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/ray_attached.py [--workload ppo-largeobs-1r-1l]
         [--steps N] [--cycles 2] [--rounds 3] [--touch-mb 512] [--json OUT]

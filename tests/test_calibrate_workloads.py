@@ -221,9 +221,8 @@ def _fake_measurements(monkeypatch, seen: list) -> None:
 
 
 def test_workload_primitives_are_timed_with_a_ray_running_and_it_is_shut_down_after(monkeypatch):
-    """Every workload primitive is timed in a process attached to a running Ray (:func:`cal.attached_ray`: on
-    the 2-core VM PPO's GAE piece costs 0.55 s detached and 0.8-0.95 s attached, the real learner's 0.85-1.16 s),
-    each says so, and the Ray started for it is gone afterwards."""
+    """Every workload primitive is timed in a process attached to a running Ray (:func:`cal.attached_ray`), as
+    a real run's pieces execute, each says so, and the Ray started for it is gone afterwards."""
     pytest.importorskip("ray")
     import ray
     from ray.rllib.algorithms.ppo import PPOConfig

@@ -550,13 +550,15 @@ def attached_ray(progress: Progress | None = None) -> Iterator[bool]:
     was started here; a failed start raises :class:`RayStartError`.
 
     Why: every piece of a real run executes in a process attached to a running Ray (the EnvRunners and
-    remote learners are its actors, a local learner is its driver), and on the 2-core VM that changes what a
-    piece costs. PPO's ``GeneralAdvantageEstimation`` piece on ``ppo-largeobs``'s 2,000 fresh samples, one
-    torch thread, the same process timed with and without ``ray.init`` (2026-12-07 15:20 UTC): 0.55 s
-    (0.52-0.61) detached, 0.82-0.95 s attached (0.71-1.34), nearly all of the difference system time on
-    the same ~190 thousand page faults; the real learner actor's piece took 0.85-1.16 s. The update
-    after it, the EnvRunner's sampling and APPO's update did not move; a bare loop of fresh page faults
-    did not either (``benchmarks/ray_attached.py``)."""
+    remote learners are its actors, a local learner is its driver), so its primitives are timed in that
+    condition too. What the condition changes on the 2-core VM is not settled. PPO's GAE piece on
+    ``ppo-largeobs``'s 2,000 fresh samples (one torch thread, alternating blocks in one process) cost
+    0.52-0.61 s detached and 0.71-1.34 s attached on 2026-12-07 15:20-15:30 UTC (three experiments), and
+    0.53 s either way at 16:01-16:03 (``benchmarks/ray_attached.py`` and a probe). The real learner actor's
+    piece took 0.97-1.27 s in the runs of four validation windows (0.55-1.24 s in a probe at 16:04), the
+    extra all system time on the same ~190 thousand page faults: this VM's page faults cost more at some
+    times and in some processes, and no calibration reproduces the run's figure reliably yet
+    (``results/validation/NOTES.md``)."""
     import ray
 
     with _local_ray(ray, "conduit-attached-", None, progress, num_cpus=max(1, int(os.cpu_count() or 1))) as own:
