@@ -746,9 +746,10 @@ def recheck_env_runner(configs: Mapping[str, Any], name: str, quick: bool) -> di
     key = _recheck_key(configs, name)
     _, cfg = calibration_configs(configs)[key]
     load = os.getloadavg()
-    with cal.attached_ray(), cal._torch_threads(1):  # as the calibration timed it: attached to a running Ray
-        m = cal.measure_env_runner(key, cfg, quick)
-    return _stamped(m.to_dict(), load)
+    with cal.attached_ray():  # as the calibration timed it: attached to a running Ray
+        with cal._torch_threads(1):
+            m = cal.measure_env_runner(key, cfg, quick)
+        return _stamped(m.to_dict(), load)  # stamped while that Ray is still up: ray_attached says so
 
 
 def _stamped(entry: dict[str, Any], load: Sequence[float]) -> dict[str, Any]:

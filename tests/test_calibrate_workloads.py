@@ -238,8 +238,9 @@ def test_workload_primitives_are_timed_with_a_ray_running_and_it_is_shut_down_af
     assert not ray.is_initialized()
 
 
-def test_a_running_ray_is_used_as_it_is_and_left_running(monkeypatch, tmp_path):
+def test_a_running_ray_is_used_as_it_is_and_left_running(monkeypatch):
     pytest.importorskip("ray")
+    import shutil
     import tempfile
 
     import ray
@@ -257,6 +258,7 @@ def test_a_running_ray_is_used_as_it_is_and_left_running(monkeypatch, tmp_path):
         assert seen and all(seen) and ray.is_initialized()
     finally:
         ray.shutdown()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def test_when_ray_cannot_start_every_workload_says_why_and_none_is_timed_detached(monkeypatch):

@@ -825,6 +825,8 @@ def test_the_large_obs_sweep_is_re_timed_after_a_ray_session_ended():
     assert entry["name"] == "env_runner:ppo-largeobs" and entry["per_item"] > 0
     assert entry["extra"]["bytes_per_step"] > 84 * 84 * 4  # the large observations, not a fallback env
     assert entry["extra"]["speed_probe"]["total_s"] > 0
+    assert entry["extra"]["ray_attached"] is True  # timed and stamped with its own Ray up
+    assert not ray.is_initialized()
 
 
 @pytest.mark.parametrize("name", ["appo-cartpole-2r-1l", "dqn-cartpole-1r"])
