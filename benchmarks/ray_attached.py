@@ -23,8 +23,10 @@ On the 2-core VM (AMD EPYC host, otherwise idle), ``ppo-largeobs-1r-1l`` (2,000 
 The control did not move in any of them (0.40 s per 512 MB). The real learner actor's GAE piece took 0.97-1.27 s in the
 runs of four validation windows and 0.55-1.24 s in a probe at 16:04 (wall equal to its thread's CPU, the extra all
 system time on the same ~190 thousand page faults; the same piece rerun in that actor after the run: 0.52-0.86 s). So
-attachment is not, on its own, what makes the run's piece dearer: the VM's page faults cost more at some times and in
-some processes, and what decides it is not found. The calibration times its workload primitives attached all the
+attachment is not, on its own, what makes the run's piece dearer. What does (found later that day): the VM hands freed
+memory back to its host, and a call that faults in pages the host took back pays for them
+(:mod:`conduit.runtime.pagereport`); a real run's other processes free much of it while its learner waits, which
+``benchmarks/episode_source.py`` measures. The calibration times its workload primitives attached all the
 same, as the run executes them; this script is the check.
 
     RAY_AUTH_MODE=disabled .venv/bin/python benchmarks/ray_attached.py [--workload ppo-largeobs-1r-1l]
@@ -116,10 +118,14 @@ class PpoPieces:
         GeneralAdvantageEstimation.__call__ = timed
 
     def round(self) -> dict[str, dict[str, float]]:
+        """The pieces on fresh episodes this process samples."""
+        return self.round_on(self.runner.sample(num_timesteps=self.steps, random_actions=False))
+
+    def round_on(self, episodes) -> dict[str, dict[str, float]]:
+        """The GAE piece and the update call on ``episodes`` (wherever they were sampled)."""
         from ray.rllib.core.learner.training_data import TrainingData
         from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-        episodes = self.runner.sample(num_timesteps=self.steps, random_actions=False)
         self._gae.clear()
         built = self.learner._make_batch_if_necessary(TrainingData(episodes=episodes))
         if len(self._gae) != 1:

@@ -104,7 +104,7 @@ from pathlib import Path
 from typing import Any
 
 from conduit.errors import ConduitError
-from conduit.runtime import hostspeed
+from conduit.runtime import hostspeed, pagereport
 from conduit.runtime.proccpu import busy_cores
 from conduit.sim.params import PLANE_PRIMITIVES_FILE
 from conduit.studies import load_script
@@ -196,6 +196,7 @@ def _primitive(calibration: Mapping[str, Any], kind: str, key: str, clock: str =
         else:
             lat, rate, _ = refit(entry["sizes"], wall, entry.get("extra"))
             entry["latency"], entry["per_item"] = lat, 1.0 / rate
+            entry["clock"] = "wall"  # the medians a reader of the sweep itself takes (stream_value_pass)
             if entry.get("unit") == "calls":  # n calls per sweep point: the slope is the per-call time
                 entry["latency"] = entry["per_item"]
     return entry
@@ -289,6 +290,9 @@ def sim_workload(name: str, algo: str, cfg: Any, prims: Mapping[str, Mapping[str
         # enable()) and the rest (StreamedGAE at update start); stock runs both, one after the other
         fields.update(train_batch_per_learner=batch, epochs=int(cfg.num_epochs),
                       value_pass_per_sample=gae - rest, advantage_per_sample=rest)
+        # enable()'s ValueStream runs the forward pass on pieces, not on the batch (unset without the sweep)
+        fields.update(stream_value_pass_per_sample=stream_value_pass(prims.get("value_pass") or {},
+                                                                     stream_piece_rows(fields)))
     elif algo == "appo":
         fields.update(train_batch_per_learner=batch, chunks_per_batch=max(1, math.ceil(batch / (fragment * envs))),
                       max_reuse=int(cfg.circular_buffer_iterations_per_batch),
@@ -413,6 +417,39 @@ def advantage_per_sample(prims: Mapping[str, Any], batch: int, name: str) -> flo
                          f"--add-learner-primitives --only {kind} --out DIR")
     per_sample = float(entry["per_item"]) + float(entry["latency"]) / max(1, batch)
     return min(max(0.0, per_sample), gae_per_sample(prims, batch))
+
+
+def stream_piece_rows(fields: Mapping[str, Any]) -> int:
+    """Rows of one piece of enable()'s ValueStream for a PPO workload with these fields: its fragment split as the
+    simulator splits it for the deployed policy (:func:`conduit.sim.deployed.deployed_stream_pieces`, the
+    runtime's :func:`conduit.deploy_settings.stream_chunk_steps`; the policy's default parameters)."""
+    from conduit.registry import create_policy
+    from conduit.sim.deployed import deployed_stream_pieces
+    from conduit.sim.workload import Workload
+
+    probe = Workload(**fields)
+    fragment = max(1, int(probe.fragment_length)) * max(1, int(probe.envs_per_runner))
+    return max(1, math.ceil(fragment / deployed_stream_pieces(probe, create_policy("conduit"))))
+
+
+def stream_value_pass(entry: Mapping[str, Any], rows: int) -> float | None:
+    """PPO's value forward pass per sample on ``rows`` rows, from the ``value_pass`` sweep
+    (``compute_values`` on 64, 256 and 1,024 samples; its clock's medians: process CPU, or the wall-clock ones
+    under ``--clock wall``): the sweep's medians interpolated piecewise linearly through the origin and its
+    points (beyond the largest, along its last segment), over ``rows``. Not the fitted line: the pass is not
+    linear in its size on large observations (on ``ppo-largeobs``, 2026-12-07: 0.05, 0.07 and 0.17 ms a sample
+    at 64, 256 and 1,024; the whole GAE piece at 2,000 0.49): above glibc's mmap threshold each call faults its
+    activations in afresh, and a piece of a few hundred rows stays below it. None where the entry holds no sweep
+    (the simulator then prices the pieces as the batch)."""
+    medians = (entry.get("extra") or {}).get("wall_medians") if entry.get("clock") == "wall" else entry.get("medians")
+    if not medians or not entry.get("sizes"):
+        return None
+    points = sorted(zip((float(n) for n in entry["sizes"]), (float(t) for t in medians), strict=True))
+    xs, ys = [0.0] + [n for n, _ in points], [0.0] + [t for _, t in points]
+    i = next((k for k in range(1, len(xs)) if rows <= xs[k]), len(xs) - 1)
+    (x0, y0), (x1, y1) = (xs[i - 1], ys[i - 1]), (xs[i], ys[i])
+    at = y0 + (y1 - y0) * (rows - x0) / (x1 - x0) if x1 > x0 else y1
+    return max(0.0, at) / max(1, rows)
 
 
 def local_learner_update(prims: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -703,10 +740,15 @@ def measure(study: Any, names: Sequence[str], sides: Sequence[str], iters: int, 
                         log(f"  {tag}: re-timed " + ", ".join(f"{kind} {_cost(kind, e) * 1e3:.3f} ms {_cost_unit(kind, e)}"
                                                              for kind, e in entries.items()))
                 t0 = time.time()
-                got = study.run_isolated(known[name], side, args)
+                with pagereport.Watch() as memory:
+                    got = study.run_isolated(known[name], side, args)
+                reported = (memory.result or {}).get("mb_per_s")
                 log(f"  {tag}: {len(got)} iterations in {time.time() - t0:.0f} s, load average "
-                    f"{os.getloadavg()[0]:.2f}")
+                    f"{os.getloadavg()[0]:.2f}" + ("" if reported is None else
+                                                   f", the VM reported {reported:.1f} MB/s of freed memory"))
                 for m in study.medians(got):
+                    # the whole run's (start-up included); NaN where the kernel does not say (pagereport)
+                    m["reported_mb_per_s"] = math.nan if reported is None else float(reported)
                     per_run.setdefault((m["workload"], m["side"]), []).append(m)
     return {key: median_of_run_medians(ms) for key, ms in per_run.items()}, rechecks
 
@@ -989,6 +1031,46 @@ def host_speed(calibration: Mapping[str, Any], measured_probe: Mapping[str, Any]
     return out
 
 
+def gae_piece_memory(configs: Mapping[str, Any], calibration: Mapping[str, Any], rechecks: Sequence[Mapping[str, Any]],
+                     medians: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per stock PPO workload, RLlib's GAE piece at the train batch as the calibration timed it, as it was re-timed
+    before the runs and as the real runs measured it (the instrument's ``gae_ms``), next to the memory the VM
+    handed back to its host (:mod:`conduit.runtime.pagereport`): reported in the round before each timed call, and
+    per second over the real runs. A call that follows reported memory can cost twice as much on the same page
+    faults (the module's docstring); this says whether the calibration and the runs met the same condition.
+    Figures the files do not hold (a calibration from before ``extra.memory``, a kernel without the counter)
+    are None."""
+    def calls(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+        return list((((entry or {}).get("extra") or {}).get("memory") or {}).get("calls") or [])
+
+    def med(values: Sequence[Any]) -> float | None:
+        got = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+        return statistics.median(got) if got else None
+
+    def side(timed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        reported = [c.get("reported_mb_before") for c in timed]
+        known = [r for r in reported if r is not None]
+        return {"calls": len(timed), "wall_s": med([c.get("wall_s") for c in timed]),
+                "system_s": med([c.get("system_s") for c in timed]), "faults": med([c.get("faults") for c in timed]),
+                "reported_mb_before": med(reported),
+                "calls_after_reporting": sum(1 for r in known if r > 0) if known else None}
+
+    out = []
+    cal_entries = calibration.get("workload") or {}
+    for m in medians:
+        name = m.get("workload")
+        if m.get("side") != "stock" or name not in configs or configs[name][0].algo != "ppo":
+            continue
+        key = _recheck_key(configs, name)
+        # a local learner (num_learners=0) runs the piece in the driver, as the _local twin was timed
+        kind = "gae_connector_local" if getattr(configs[name][1], "num_learners", 1) == 0 else "gae_connector"
+        rechecked = [c for r in rechecks if r.get("workload") == name for c in calls(recheck_entries(r).get(kind))]
+        out.append({"workload": name, "primitive": kind, "calibration": side(calls(cal_entries.get(f"{kind}:{key}"))),
+                    "rechecked": side(rechecked), "runs_gae_s": med([m.get("gae_ms", math.nan) / 1e3]),
+                    "runs_reported_mb_per_s": med([m.get("reported_mb_per_s", math.nan)])})
+    return out
+
+
 def measured_metrics(median: Mapping[str, Any]) -> dict[str, float]:
     """The simulator's metrics from the instrument's medians (``MEASURED_AS``). A run whose median
     iteration saw no learner update (``num_updates`` 0: the instrument's ``iteration_ms`` then falls back
@@ -1229,6 +1311,7 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines += ["", f"Met: {_counts_line(report['counts'])}."]
     lines += runs_section(report.get("runs") or [])
     lines += _recheck_section(report.get("rechecked"))
+    lines += _gae_memory_section(report.get("gae_piece_memory") or [])
     lines += ["", "## External check (not a fitting target): published 8xA100 experience share", "",
               "| topology | workload | predicted (rllib-stock, default preset) | published | error |",
               "|---|---|---:|---:|---:|"]
@@ -1236,6 +1319,36 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"| {r['topology']} | {r['workload']} | {r['predicted_share']:.1%} | {r['published_share']:.1%} | "
                      f"{r['rel_error']:+.1%} |")
     return "\n".join(lines) + "\n"
+
+
+def _gae_memory_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's section on PPO's GAE piece and the VM's free page reporting (:func:`gae_piece_memory`); none
+    when no row holds a figure of the reporting."""
+    def known(r: Mapping[str, Any]) -> bool:
+        return any(x is not None for x in (r["calibration"]["reported_mb_before"], r["rechecked"]["reported_mb_before"],
+                                           r["runs_reported_mb_per_s"]))
+    if not any(known(r) for r in rows):
+        return []
+
+    def timed(t: Mapping[str, Any]) -> str:
+        if not t["calls"]:
+            return "-"
+        after = t["calls_after_reporting"]
+        return (f"{_f(t['wall_s'], '.3f')} s ({_f(t['system_s'], '.3f')} s system, {_f(t['faults'], '.0f')} faults); "
+                f"{'-' if after is None else after} of {t['calls']} after reported memory "
+                f"(median {_f(t['reported_mb_before'], '.0f')} MB)")
+    lines = ["", "## PPO's GAE piece and the VM's free page reporting", "",
+             ("RLlib's `GeneralAdvantageEstimation` at the train batch: median wall time of the calibration's calls "
+              "and of the re-timings before the runs, with their system time and page faults, and how many followed "
+              "memory the VM had handed back to its host in the round before them (`conduit.runtime.pagereport`: a "
+              "call after reported memory can cost twice as much on the same faults); the real runs' piece "
+              "(`gae_ms`) and the memory reported per second over them."), "",
+             "| workload | calibration | re-timed before the runs | real runs | reported during the runs |",
+             "|---|---|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['workload']} (`{r['primitive']}`) | {timed(r['calibration'])} | {timed(r['rechecked'])} | "
+                     f"{_f(r['runs_gae_s'], '.3f')} s | {_f(r['runs_reported_mb_per_s'], '.1f')} MB/s |")
+    return lines
 
 
 def _recheck_section(rechecked: Mapping[str, Any] | None) -> list[str]:
@@ -1501,6 +1614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rechecked": rechecked,
         "external": external,
         "host_speed": host_speed(calibration, measured_probe),
+        "gae_piece_memory": gae_piece_memory(configs, calibration, rechecks, measured_medians),
         "runs": [{"workload": m["workload"], "side": m["side"], "runs": int(m.get("runs", 1)),
                   "iteration_ms_runs": m.get("iteration_ms_runs", [m.get("iteration_ms")])} for m in measured_medians],
         "sim": {f"{n}/{s}": {"violations": p["violations"], "warnings": p["warnings"]}

@@ -95,6 +95,13 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     assert "GeneralAdvantageEstimation" in gae.note and "fresh episodes" in call.note
     assert gae.sizes == call.sizes and gae.per_item > 0 and gae.samples == call.samples == 4
     assert call.extra["fit_anchor"] == gae.extra["fit_anchor"] == "largest"
+    # the episodes come from an EnvRunner actor while this process waits, as a real run's learner gets them
+    assert all("EnvRunner actor" in m.extra["episodes_from"] for m in (call, gae))
+    # each call at the anchor: its page faults and system time, and the memory the VM reported before it
+    # (None where this kernel does not say: conduit.runtime.pagereport)
+    memory = gae.extra["memory"]
+    assert len(memory["calls"]) == 2 and all(c["faults"] >= 0 and c["system_s"] >= 0 for c in memory["calls"])
+    assert all((c["reported_mb_before"] is None) == (not memory["page_reporting"]) for c in memory["calls"])
     # what enable() leaves for update start: the runtime's StreamedGAE given the values, timed on the same
     # inputs; less than the whole piece (its value pass is what the stream does ahead of time)
     streamed = out["gae_streamed:ppo-cartpole"]
@@ -103,6 +110,8 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     assert 0 < streamed.latency + top * streamed.per_item < gae.latency + top * gae.per_item
     assert out["gae_streamed_local:ppo-cartpole"].extra["fit_anchor"] == "largest"
     assert out["gae_connector_local:ppo-cartpole"].extra["fit_anchor"] == "largest"
+    assert "EnvRunner actor" in out["gae_connector_local:ppo-cartpole"].extra["episodes_from"]
+    assert len(out["gae_connector_local:ppo-cartpole"].extra["memory"]["calls"]) == 2
     assert out["learner_update_call_local:ppo-cartpole"].extra["epochs_timed"] == 30
     assert out["learner_update_local:ppo-cartpole"].extra["load_average"]  # wall clock: the load is recorded
     # RLlib's own PPOTorchLearner.update replaces the proxy (forward_train + a sum of its outputs)
@@ -278,3 +287,17 @@ def test_when_ray_cannot_start_every_workload_says_why_and_none_is_timed_detache
     for m in out.values():
         assert not m.ok and "Ray failed to start" in m.note and "no room for a raylet" in m.note
         assert "attached to a running Ray" in m.note
+
+
+def test_without_a_running_ray_the_episodes_are_the_calibrating_processs_own_and_it_says_so(monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+
+    class Runner:
+        def sample(self, num_timesteps, random_actions):
+            assert random_actions is False
+            return ["step"] * num_timesteps
+
+    with cal._episode_source("ppo-x", None, Runner()) as (sample, where):
+        assert sample(3) == ["step"] * 3
+    assert "own EnvRunner" in where and "no Ray running" in where

@@ -503,3 +503,41 @@ def test_a_cpu_learners_value_pass_takes_a_core_of_its_crowded_node(seconds, oth
             assert max(ends) >= threads * seconds / pool.cores * (1 - 1e-9)
         else:  # a node with a core per process: nothing waits, nothing is counted on its pool
             assert pool.busy_core_seconds == 0.0 and max(ends) == pytest.approx(seconds)
+
+
+@settings(max_examples=8, deadline=None)
+@given(per_sample=st.floats(1e-7, 2e-4), share=st.floats(0.0, 1.0))
+def test_the_value_stream_charges_its_pieces_their_own_figure(per_sample, share):
+    """``stream_value_pass_per_sample`` prices the deployed ValueStream's forward pass on its pieces; unset, it
+    is ``value_pass_per_sample`` (the same run to the event). The learner device's busy time falls by exactly
+    the streamed samples times the difference (linear in the figure), and stock, which runs the pass on the
+    whole batch, does not read it. (Update times are not monotone in it: the pass shares the node's cores with
+    the runners, and the order of their slices moves.)"""
+    base = {"base": "ppo", "env_runners": 2, "learners": 1, "local_learner": False,
+            "value_pass_per_sample": per_sample}
+    topology = load_topology(REF)
+
+    def run(policy, **extra):
+        sim = Simulation(topology, load_workload({**base, **extra}), create_policy(policy), iterations=3)
+        sim.run()
+        busy = sim.compute[sim.layout.learners[0].device].busy_seconds
+        return busy, [(u.update, u.t_start, u.exposed) for u in sim.rec.updates]
+
+    unset = run("conduit")
+    assert run("conduit", stream_value_pass_per_sample=per_sample) == unset
+    free = unset[0] - run("conduit", stream_value_pass_per_sample=0.0)[0]
+    assert free > 0  # the stream ran the pass on some samples
+    cheaper = unset[0] - run("conduit", stream_value_pass_per_sample=per_sample * share)[0]
+    assert cheaper == pytest.approx((1 - share) * free, rel=1e-6, abs=1e-9)
+    assert run("rllib-stock", stream_value_pass_per_sample=per_sample * share) == run("rllib-stock")
+
+
+def test_the_piece_figure_is_a_workload_field_that_may_be_left_unset():
+    from conduit.sim.workload import WorkloadError
+    from conduit.sim.workload_fields import coerce_field
+
+    assert coerce_field("stream_value_pass_per_sample", "null") is None
+    assert coerce_field("stream_value_pass_per_sample", "70 us") == pytest.approx(70e-6)
+    assert load_workload({"base": "ppo"}).stream_value_pass_per_sample is None
+    with pytest.raises(WorkloadError, match="stream_value_pass_per_sample"):
+        load_workload({"base": "ppo", "stream_value_pass_per_sample": -1e-6})

@@ -1045,3 +1045,108 @@ def test_the_cold_call_law_is_read_from_the_primitives_when_measured_and_said_wh
     path.write_text(json.dumps({**data, **law}))
     with pytest.raises(SystemExit, match="rpc_cold_after_s"):
         val.stock_costs_from_primitives(path)
+
+
+def _ppo_configs():
+    w = type("W", (), {"algo": "ppo", "env": "largeobs", "name": "ppo-largeobs-1r-1l"})()
+    d = type("W", (), {"algo": "dqn", "env": "cartpole", "name": "dqn-cartpole-1r"})()
+    return {"ppo-largeobs-1r-1l": (w, None), "dqn-cartpole-1r": (d, None)}
+
+
+def _memory(calls):
+    return {"extra": {"memory": {"calls": calls}}}
+
+
+@given(cal=st.lists(st.tuples(st.floats(0.1, 2.0), st.one_of(st.none(), st.floats(0, 500))), min_size=1, max_size=5),
+       rate=st.one_of(st.none(), st.floats(0, 300)))
+def test_the_gae_piece_is_reported_with_the_memory_the_vm_handed_back(cal, rate):
+    import statistics
+
+    calls = [{"wall_s": w, "system_s": w / 2, "faults": 190e3, "reported_mb_before": r} for w, r in cal]
+    calibration = {"workload": {"gae_connector:ppo-largeobs": _memory(calls)}}
+    rechecks = [{"workload": "ppo-largeobs-1r-1l", "side": "stock", "run": 0,
+                 "entries": {"gae_connector": _memory([{"wall_s": 1.2, "reported_mb_before": 50.0}])}},
+                {"workload": "ppo-largeobs-1r-1l", "side": "conduit", "run": 0, "error": "RuntimeError: x"}]
+    medians = [{"workload": "ppo-largeobs-1r-1l", "side": "stock", "gae_ms": 1100.0,
+                "reported_mb_per_s": math.nan if rate is None else rate},
+               {"workload": "ppo-largeobs-1r-1l", "side": "conduit", "gae_ms": 1.0, "reported_mb_per_s": 9.0},
+               {"workload": "dqn-cartpole-1r", "side": "stock", "reported_mb_per_s": 9.0}]
+    rows = val.gae_piece_memory(_ppo_configs(), calibration, rechecks, medians)
+    assert [r["workload"] for r in rows] == ["ppo-largeobs-1r-1l"]  # stock PPO only: conduit's piece is not GAE's
+    row = rows[0]
+    assert row["calibration"]["calls"] == len(cal)
+    assert row["calibration"]["wall_s"] == pytest.approx(statistics.median(w for w, _ in cal))
+    known = [r for _, r in cal if r is not None]
+    assert row["calibration"]["calls_after_reporting"] == (sum(1 for r in known if r > 0) if known else None)
+    assert row["rechecked"] == {"calls": 1, "wall_s": 1.2, "system_s": None, "faults": None,
+                                "reported_mb_before": 50.0, "calls_after_reporting": 1}
+    assert row["runs_gae_s"] == pytest.approx(1.1)
+    assert row["runs_reported_mb_per_s"] == (None if rate is None else pytest.approx(rate))
+    section = "\n".join(val._gae_memory_section(rows))
+    assert "free page reporting" in section and "1.100 s" in section
+
+
+def test_without_any_figure_of_the_reporting_there_is_no_memory_section():
+    old = {"workload": {"gae_connector:ppo-largeobs": {"extra": {}}}}  # a calibration from before extra.memory
+    rows = val.gae_piece_memory(_ppo_configs(), old, [], [{"workload": "ppo-largeobs-1r-1l", "side": "stock",
+                                                            "gae_ms": 1000.0}])
+    assert rows[0]["calibration"]["calls"] == 0 and rows[0]["runs_reported_mb_per_s"] is None
+    assert val._gae_memory_section(rows) == []
+
+
+def test_each_real_run_records_the_memory_the_vm_reported_meanwhile(monkeypatch, tmp_path):
+    from conduit.runtime import pagereport
+
+    counter = tmp_path / "reported_kib"
+    counter.write_text("0")
+    monkeypatch.setattr(pagereport, "PARAMETERS", tmp_path)
+
+    class Reporting(_FakeStudy):
+        def run_isolated(self, w, side, args):
+            counter.write_text(str(int(counter.read_text()) + 4096))  # 4 MiB handed back during the run
+            return super().run_isolated(w, side, args)
+
+    meds, _ = val.measure(Reporting(["a"]), ["a"], ["stock"], 2, 1, log=lambda *_: None)
+    assert meds[("a", "stock")]["reported_mb_per_s"] > 0
+    monkeypatch.setattr(pagereport, "PARAMETERS", tmp_path / "absent")
+    meds, _ = val.measure(_FakeStudy(["a"]), ["a"], ["stock"], 2, 1, log=lambda *_: None)
+    assert math.isnan(meds[("a", "stock")]["reported_mb_per_s"])  # unknown, never 0
+
+
+def test_a_local_learners_gae_piece_is_read_from_its_local_twin():
+    w = type("W", (), {"algo": "ppo", "env": "cartpole"})()
+    configs = {"ppo-cartpole-2r-local": (w, type("Cfg", (), {"num_learners": 0})())}
+    calibration = {"workload": {"gae_connector:ppo-cartpole": _memory([{"wall_s": 9.0}]),
+                                "gae_connector_local:ppo-cartpole": _memory([{"wall_s": 0.01}])}}
+    rows = val.gae_piece_memory(configs, calibration, [], [{"workload": "ppo-cartpole-2r-local", "side": "stock"}])
+    assert rows[0]["primitive"] == "gae_connector_local" and rows[0]["calibration"]["wall_s"] == 0.01
+
+
+@given(times=st.lists(st.floats(1e-4, 1.0), min_size=3, max_size=3, unique=True).map(sorted),
+       rows=st.integers(1, 4000))
+def test_the_streams_value_pass_is_the_sweep_interpolated_at_its_piece(times, rows):
+    entry = {"sizes": [64, 256, 1024], "medians": times, "extra": {"wall_medians": [2 * t for t in times]}}
+    got = val.stream_value_pass(entry, rows)
+    for n, t in zip((64, 256, 1024), times, strict=True):  # exact at the measured sizes
+        assert val.stream_value_pass(entry, n) == pytest.approx(t / n)
+    xs, ys = [0, 64, 256, 1024], [0.0, *times]
+    if rows <= 1024:  # between two measured sizes: on the segment joining them (through the origin below 64)
+        k = next(i for i in range(1, 4) if rows <= xs[i])
+        expect = ys[k - 1] + (ys[k] - ys[k - 1]) * (rows - xs[k - 1]) / (xs[k] - xs[k - 1])
+    else:  # beyond: along the last segment
+        expect = ys[3] + (ys[3] - ys[2]) * (rows - 1024) / 768
+    assert got == pytest.approx(expect / rows)
+    # under --clock wall the sweep's wall-clock medians are read
+    assert val.stream_value_pass({**entry, "clock": "wall"}, rows) == pytest.approx(2 * got)
+
+
+def test_a_ppo_workloads_stream_pieces_are_its_fragment_split_as_the_deployed_policy_splits_it():
+    from conduit.registry import create_policy
+    from conduit.sim.deployed import deployed_stream_pieces
+    from conduit.sim.workload import load_workload
+
+    w = load_workload({"base": "ppo", "fragment_length": 2000, "envs_per_runner": 1, "bytes_per_step": 28_000})
+    fields = {f: getattr(w, f) for f in ("name", "algorithm", "fragment_length", "envs_per_runner", "bytes_per_step")}
+    rows = val.stream_piece_rows(fields)
+    pieces = deployed_stream_pieces(w, create_policy("conduit"))
+    assert rows == math.ceil(2000 / pieces) and 1 < pieces < 2000

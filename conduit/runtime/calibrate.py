@@ -52,6 +52,7 @@ import os
 import pickle
 import platform
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -69,6 +70,7 @@ import numpy as np
 
 from conduit._extras import install_hint, installed
 from conduit.errors import ConduitError
+from conduit.runtime import pagereport
 from conduit.runtime.media import cuda_available
 from conduit.units import Kind, format_quantity, parse_quantity
 
@@ -556,8 +558,10 @@ def attached_ray(progress: Progress | None = None) -> Iterator[bool]:
     0.52-0.61 s detached and 0.71-1.34 s attached on 2026-12-07 15:20-15:30 UTC (three experiments), and
     0.53 s either way at 16:01-16:03 (``benchmarks/ray_attached.py`` and a probe). The real learner actor's
     piece took 0.97-1.27 s in the runs of four validation windows (0.55-1.24 s in a probe at 16:04), the
-    extra all system time on the same ~190 thousand page faults: this VM's page faults cost more at some
-    times and in some processes, and no calibration reproduces the run's figure reliably yet
+    extra all system time on the same ~190 thousand page faults. What moves it is the VM handing freed memory
+    back to its host (:mod:`conduit.runtime.pagereport`): a call that faults in reported pages pays for them,
+    and a real run's other processes free much of that memory while its learner waits, which is why PPO's
+    learner rounds take their episodes from an EnvRunner actor (:func:`_episode_source`)
     (``results/validation/NOTES.md``)."""
     import ray
 
@@ -2042,8 +2046,11 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
     (``connectors/learner/general_advantage_estimation.py``) runs the value pass and the advantages, and
     ``Learner.update`` trains on it with the config's ``minibatch_size``, ``num_epochs`` and
     ``shuffle_batch_per_epoch``. Here each timed round samples fresh episodes of ``n`` env steps (not
-    timed), then times the GAE piece inside the learner's own connector pipeline and the whole update
-    call on the batch it built. A call repeated on one cached batch is faster than the real pattern: on
+    timed; in an EnvRunner actor while this process waits, as a real run samples, where Ray is running:
+    :func:`_episode_source`, recorded in ``extra.episodes_from``), then times the GAE piece inside the
+    learner's own connector pipeline and the whole update call on the batch it built. The GAE piece's calls
+    at the largest size also record their page faults, system time and the memory the VM reported to its
+    host before them (``extra.memory``: :mod:`conduit.runtime.pagereport`). A call repeated on one cached batch is faster than the real pattern: on
     ``ppo-largeobs`` (2,000 steps of 84x84x4 uint8) the update took 2.25-2.47 s of CPU on a repeated batch
     and 2.46-2.58 s on fresh ones, a third of it system time (the fresh tensors' page faults: 300-380
     thousand per call); the GAE piece 0.71-0.82 s, where ``compute_values`` on a cached random batch
@@ -2081,9 +2088,14 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
             return original(self, rl_module=rl_module, episodes=episodes, batch=batch, **kwargs)
         kept.clear()
         columns = {mid: dict(cols) for mid, cols in batch.items()}  # the input, before GAE adds its columns
+        gae_memory.append(pagereport.snapshot())
+        r0 = resource.getrusage(resource.RUSAGE_THREAD)
         c0, t0 = time.process_time(), time.perf_counter()
         result = original(self, rl_module=rl_module, episodes=episodes, batch=batch, **kwargs)
         cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_THREAD)
+        gae_memory.append(pagereport.snapshot())
+        gae_faults.append((float(r1.ru_minflt - r0.ru_minflt), r1.ru_stime - r0.ru_stime))
         # the runtime's StreamedGAE on the same input, its values given (as the ValueStream hands them over)
         mids = [mid for mid, _module in rl_module.items() if mid in columns]
         streamed = pieces.get(id(self))
@@ -2113,40 +2125,55 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
 
     update_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
     gae_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
+    gae_memory: list[pagereport.Snapshot | None] = []  # the VM's reported memory at the GAE piece's start and end
+    gae_faults: list[tuple[float, float]] = []  # its thread's minor faults and system seconds
+    gae_rounds: list[dict[str, Any]] = []  # per timed call at the largest size: faults, system time, reporting
     streamed_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
 
     def one_round(n: int) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
         """(GAE piece, StreamedGAE, update call), each (CPU, wall) seconds, on fresh episodes of ``n`` steps."""
-        episodes = runner.sample(num_timesteps=n, random_actions=False)
+        start = pagereport.snapshot()
+        episodes = sample(n)
         gae_clock.clear()
+        gae_memory.clear()
+        gae_faults.clear()
         built = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
         if len(gae_clock) != 1:
             raise ConduitError(f"{name}: the learner connector ran GeneralAdvantageEstimation {len(gae_clock)} "
                                f"times, expected once")
         cpu, wall, streamed_cpu, streamed_wall = gae_clock[0]
+        if n == sizes[-1]:  # the fit's anchor: the train batch itself, but in a quick calibration
+            before, during = (pagereport.reported_between(start, gae_memory[0]),
+                              pagereport.reported_between(gae_memory[0], gae_memory[1]))
+            gae_rounds.append({"wall_s": round(wall, 4), "faults": gae_faults[0][0],
+                               "system_s": round(gae_faults[0][1], 4),
+                               "reported_mb_before": None if before is None else before["mb"],
+                               "reported_mb_during": None if during is None else during["mb"]})
         update = _cpu_clock(lambda: learner.update(batch=built, minibatch_size=minibatch, num_epochs=epochs,
                                                    timesteps=timesteps, shuffle_batch_per_epoch=shuffle))
         return (cpu, wall), (streamed_cpu, streamed_wall), update
 
     reps = 2 if quick else 3
-    GeneralAdvantageEstimation.__call__ = timed_gae
-    for kind in module_types:
-        kind.compute_values = keeping_values(kind)
-    try:
-        one_round(sizes[0])  # warm-up: first-call paths
-        for _ in range(reps):
-            for n in sizes:
-                gae, streamed, update = one_round(n)
-                gae_times[n].append(gae)
-                streamed_times[n].append(streamed)
-                update_times[n].append(update)
-    finally:
-        GeneralAdvantageEstimation.__call__ = original
-        for kind, own in original_values.items():
-            if own is None:
-                del kind.compute_values  # it was inherited
-            else:
-                kind.compute_values = own
+    with _episode_source(name, cfg, runner) as (sample, episodes_from):
+        GeneralAdvantageEstimation.__call__ = timed_gae
+        for kind in module_types:
+            kind.compute_values = keeping_values(kind)
+        try:
+            one_round(sizes[0])  # warm-up: first-call paths
+            gae_rounds.clear()
+            for _ in range(reps):
+                for n in sizes:
+                    gae, streamed, update = one_round(n)
+                    gae_times[n].append(gae)
+                    streamed_times[n].append(streamed)
+                    update_times[n].append(update)
+        finally:
+            GeneralAdvantageEstimation.__call__ = original
+            for kind, own in original_values.items():
+                if own is None:
+                    del kind.compute_values  # it was inherited
+                else:
+                    kind.compute_values = own
 
     def medians(times: dict[int, list[tuple[float, float]]], i: int) -> list[float]:
         return [statistics.median(t[i] for t in times[n]) for n in sizes]
@@ -2164,6 +2191,7 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
                         f"GeneralAdvantageEstimation inside {type(learner).__name__}'s learner connector pipeline "
                         f"(value pass, bootstrap rows, advantages and value targets), {fresh}, one torch thread",
                         anchor="largest")
+    gae.extra["memory"] = pagereport.call_summary(gae_rounds, pagereport.snapshot())
     streamed = _from_medians(f"gae_streamed:{name}", "samples", sizes, medians(streamed_times, 0),
                              medians(streamed_times, 1), reps * len(sizes),
                              f"conduit's StreamedGAE (conduit/runtime/rllib/values.py) on the input of each timed "
@@ -2171,7 +2199,67 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
                              f"them over: the bootstrap rows, advantages, value targets and their tensors that "
                              f"enable() still runs at update start, {fresh}, one torch thread",
                              anchor="largest")
+    for entry in (call, gae, streamed):
+        entry.extra["episodes_from"] = episodes_from
     return [call, gae, streamed]
+
+
+#: how long one timed round may wait for its episodes from the EnvRunner actor
+EPISODE_TIMEOUT_S = 600.0
+
+
+class _RemoteEpisodes:
+    """An EnvRunner of the workload's config in a Ray actor: the episodes a real learner trains on come from
+    another process (:func:`_episode_source`)."""
+
+    def __init__(self, cfg: Any):
+        self.runner = _local_env_runner(cfg)
+
+    def sample(self, n: int) -> Any:
+        return self.runner.sample(num_timesteps=n, random_actions=False)
+
+    def stop(self) -> None:
+        self.runner.stop()
+
+
+@contextlib.contextmanager
+def _episode_source(name: str, cfg: Any, runner: Any) -> Iterator[tuple[Callable[[int], Any], str]]:
+    """Where PPO's timed learner rounds get their fresh episodes: ``(sample(n) -> episodes, description)``.
+
+    With Ray running (a calibration's workload primitives run :func:`attached_ray`), an EnvRunner actor samples
+    them in another process while this one waits, and they arrive through Ray's object store, as a real run
+    delivers them (``ppo.py: PPO.training_step`` samples on the EnvRunner actors, the learner waits). The
+    condition matters on a VM whose freed memory is handed back to its host (:mod:`conduit.runtime.pagereport`):
+    on the 2-core development VM, 2026-12-07 18:02-18:06, three experiments alternating the two (one torch
+    thread, ``ppo-largeobs`` at 2,000 steps): the GAE piece 1.04-1.30 s median on episodes its own process had
+    just sampled, 1.25-1.53 s on episodes another process sampled while it waited (with 42-338 MB reported
+    before each such call, against mostly none). Without Ray, the calibrating process's own EnvRunner samples,
+    and the description says so."""
+    try:
+        import ray
+
+        running = ray.is_initialized()
+    except ImportError:
+        running = False
+    if not running:
+        yield ((lambda n: runner.sample(num_timesteps=n, random_actions=False)),
+               "the calibrating process's own EnvRunner (no Ray running; a real run samples in other processes)")
+        return
+    actor = ray.remote(num_cpus=0)(_RemoteEpisodes).remote(cfg)
+
+    def sample(n: int) -> Any:
+        try:
+            return ray.get(actor.sample.remote(n), timeout=EPISODE_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError as exc:
+            raise ConduitError(f"{name}: the EnvRunner actor gave no episodes of {n} steps within "
+                               f"{EPISODE_TIMEOUT_S:.0f} s") from exc
+    try:
+        yield sample, ("an EnvRunner actor in another process, through Ray's object store, while the calibrating "
+                       "process waits (as a real run samples)")
+    finally:
+        with contextlib.suppress(Exception):  # the actor is killed below either way
+            ray.get(actor.stop.remote(), timeout=30)
+        ray.kill(actor)
 
 
 #: idle gaps after a parallel region for :func:`measure_torch_team`: one longer than any spin-wait, one short
@@ -2315,7 +2403,7 @@ def measure_local_learner(name: str, algo: str, config, quick: bool = False,
                                        extra={"torch_threads": threads, "load_average": list(os.getloadavg()),
                                               "default_threads": torch.get_num_threads(),
                                               **{k: m.extra[k] for k in ("epochs_timed", "minibatch_size",
-                                                                         "fit_anchor")
+                                                                         "fit_anchor", "episodes_from", "memory")
                                                  if k in m.extra}}))
     return out
 

@@ -462,9 +462,12 @@ class DeployedRoute:
 
     def deployed_value_stream(self, lr: LearnerRole, state: Any) -> Generator:
         """``values.py: ValueStream``: peek what has landed (one call for all of it), copy it into the
-        learner's batch, run the value forward pass on it (``value_pass_per_sample``; the rest of GAE,
+        learner's batch, run the value forward pass on it (``stream_value_pass_per_sample``, else
+        ``value_pass_per_sample``: a piece of a few hundred rows keeps its activations below glibc's mmap
+        threshold, so it does not fault them in afresh as the whole batch's pass does; the rest of GAE,
         ``advantage_per_sample``, waits for update start); until every chunk of the learner's batch is done."""
         w = self.workload
+        per_sample = w.value_pass_per_sample if w.stream_value_pass_per_sample is None else w.stream_value_pass_per_sample
         done = 0
         expected = state.expected[lr.id]
         while done < expected:
@@ -477,7 +480,7 @@ class DeployedRoute:
             yield from self.deployed_deliver(lr, nbytes, kind="peek", then=nbytes / self.plane.pack_bandwidth)
             yield from self.copy_to_device(lr, nbytes, pinned=False)  # compute_values' forward pass input
             # the forward pass only: the rest of GAE runs at update start (deployed_ppo_learner_batch)
-            yield from self.value_pass(lr, len(cids) * w.chunk_steps * w.value_pass_per_sample)
+            yield from self.value_pass(lr, len(cids) * w.chunk_steps * per_sample)
             done += len(cids)
 
     def deployed_ppo_learner_batch(self, lr: LearnerRole, state: Any) -> Generator:

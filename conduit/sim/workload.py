@@ -98,6 +98,7 @@ class Workload:
     update_time_per_sample: float = 20e-6
     update_overhead: float = 0.0
     value_pass_per_sample: float = 0.0
+    stream_value_pass_per_sample: float | None = None
     advantage_per_sample: float = 0.0
     epochs: int = 1
     train_batch_per_learner: int = 4096
@@ -223,6 +224,7 @@ _MAY_BE_ZERO = {
     "runner_call_overhead",
     "runner_metrics_time",
     "value_pass_per_sample",
+    "stream_value_pass_per_sample",
     "advantage_per_sample",
     "weight_sync_time",
     "weight_set_time",
@@ -242,6 +244,7 @@ _TIME_FIELDS = {
     "update_time_per_sample",
     "update_overhead",
     "value_pass_per_sample",
+    "stream_value_pass_per_sample",
     "advantage_per_sample",
     "weight_sync_time",
     "weight_set_time",

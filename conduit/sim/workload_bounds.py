@@ -51,6 +51,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("runner_metrics_time", 10.0, None, "seconds per sample() call"),
     Bound("update_time_per_sample", 0.1, None, "seconds per sample per epoch"),
     Bound("value_pass_per_sample", 0.1, None, "seconds per sample"),
+    Bound("stream_value_pass_per_sample", 0.1, None, "seconds per sample"),
     Bound("advantage_per_sample", 0.1, None, "seconds per sample"),
     Bound("update_overhead", 60.0, None, "seconds per update"),
     Bound("weight_sync_time", 600.0, None, "seconds per broadcast"),
@@ -64,7 +65,7 @@ _warned: set[tuple[str, float]] = set()
 
 
 _TIMES = {"env_step_time", "inference_time", "runner_call_overhead", "runner_metrics_time", "update_time_per_sample",
-          "value_pass_per_sample", "advantage_per_sample", "update_overhead", "weight_sync_time",
+          "value_pass_per_sample", "stream_value_pass_per_sample", "advantage_per_sample", "update_overhead", "weight_sync_time",
           "weight_set_time"}
 
 

@@ -69,6 +69,10 @@ FIELD_INFO: dict[str, tuple[str, str]] = {
     "update_overhead": ("s per update", "fixed learner cost per update"),
     "value_pass_per_sample": ("s per sample", ("PPO's GAE value forward pass (GRPO's reference log-prob pass) per "
                               "sample, on the learner's device; Conduit streams it while the runners sample")),
+    "stream_value_pass_per_sample": ("s per sample", ("PPO under the deployed Conduit: the value forward pass per "
+                                     "sample on the ValueStream's pieces (a few hundred rows, whose activations "
+                                     "the allocator reuses instead of faulting in afresh as a whole batch's); unset "
+                                     "(`null`): `value_pass_per_sample`")),
     "advantage_per_sample": ("s per sample", ("the rest of PPO's GAE piece per sample (bootstrap rows, value "
                              "targets, advantages), on the learner's CPU thread: stock right after the forward "
                              "pass, Conduit's streamed GAE at update start")),
@@ -135,6 +139,8 @@ def coerce_field(key: str, value: Any, source: str = "--set") -> Any:
     def bad(expected: str) -> WorkloadError:
         return WorkloadError(source, key, f"expected {expected}, got {_bounded(value)!r}")
 
+    if "None" in kind and text.lower() in ("none", "null", ""):
+        return None
     if key in _TIME_FIELDS or key in _BYTE_FIELDS:
         try:
             return parse_quantity(text, Kind.TIME if key in _TIME_FIELDS else Kind.BYTES)
