@@ -9,7 +9,7 @@ That is the PPO large-obs GAE piece's extra cost (issue 13). RLlib's ``GeneralAd
 about 190 thousand fresh 4 KiB pages per call on 2,000 steps of 84x84x4 observations (the value pass's
 activations, above glibc's mmap threshold, so every call maps them afresh). On the 2-core development VM
 (kernel ``6.18.44-fc``: ``min_free_ms`` 0, so freed memory is reported as soon as ``max_waiting_mib`` of it has
-gathered, system-wide), 2026-12-07 17:56, in one process alternating nothing else:
+gathered, system-wide), 2026-12-07 17:56, twelve calls in two processes, nothing else running:
 
 | the GAE piece's call | wall | system time |
 |---|---:|---:|
