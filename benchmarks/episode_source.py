@@ -25,8 +25,6 @@ mostly none before the own ones.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ray_attached import PpoPieces, _positive  # a sibling script, found through the line above
+from ray_attached import PpoPieces, _positive, parse_piece_args, piece_parser, write_json  # a sibling script
 
 #: the episode sources, in the order each round runs them
 SOURCES = ("own", "actor")
@@ -125,17 +123,9 @@ def measure(pieces: PpoPieces, actor_sample: Callable[[int], object], rounds: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", default="ppo-largeobs-1r-1l", help="a PPO workload of the study")
-    parser.add_argument("--steps", type=_positive("--steps"), default=None,
-                        help="env steps per round (default: the workload's train batch)")
+    parser = piece_parser(__doc__)
     parser.add_argument("--rounds", type=_positive("--rounds"), default=4, help="rounds per source")
-    parser.add_argument("--json", type=Path, default=None, help="also write the rows and the summary here")
-    args = parser.parse_args(argv)
-    if args.json is not None and not args.json.parent.is_dir():
-        parser.error(f"--json: directory {args.json.parent} does not exist")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    args = parse_piece_args(parser, argv)
 
     import torch
 
@@ -157,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{pieces.steps} fresh steps a round, {args.rounds} rounds each, alternating; torch {torch.__version__}, "
             f"one thread; {os.cpu_count()} cores; {started} UTC)")
     print(format_report(summary, head))
-    if args.json is not None:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "started_utc": started,
-                                         "rows": rows, "summary": summary}, indent=1))
+    write_json(args, started, rows, summary)
     return 0
 
 

@@ -216,21 +216,43 @@ def _positive(name: str) -> Callable[[str], int]:
     return parse
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+def piece_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments every PPO-piece benchmark takes (``--workload``, ``--steps``, ``--json``); a script adds
+    its own and reads them with :func:`parse_piece_args`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", default="ppo-largeobs-1r-1l", help="a PPO workload of the study")
     parser.add_argument("--steps", type=_positive("--steps"), default=None,
                         help="env steps per round (default: the workload's train batch)")
-    parser.add_argument("--cycles", type=_positive("--cycles"), default=2, help="detached/attached block pairs")
-    parser.add_argument("--rounds", type=_positive("--rounds"), default=3, help="rounds per block")
-    parser.add_argument("--touch-mb", type=_positive("--touch-mb"), default=512, help="the control's fresh MB")
-    parser.add_argument("--control-only", action="store_true", help="time the control alone (no RLlib)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows and the summary here")
+    return parser
+
+
+def parse_piece_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser``'s arguments, a ``--json`` whose directory does not exist refused by name; Ray's token auth off
+    for the Ray the benchmark starts."""
     args = parser.parse_args(argv)
     if args.json is not None and not args.json.parent.is_dir():
         parser.error(f"--json: directory {args.json.parent} does not exist")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    return args
+
+
+def write_json(args: argparse.Namespace, started: str, rows: Sequence[Mapping[str, object]],
+               summary: Mapping[str, object]) -> None:
+    """The run's arguments, start, rows and summary to ``--json`` (nothing without it)."""
+    if args.json is not None:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "started_utc": started,
+                                         "rows": list(rows), "summary": summary}, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = piece_parser(__doc__)
+    parser.add_argument("--cycles", type=_positive("--cycles"), default=2, help="detached/attached block pairs")
+    parser.add_argument("--rounds", type=_positive("--rounds"), default=3, help="rounds per block")
+    parser.add_argument("--touch-mb", type=_positive("--touch-mb"), default=512, help="the control's fresh MB")
+    parser.add_argument("--control-only", action="store_true", help="time the control alone (no RLlib)")
+    args = parse_piece_args(parser, argv)
 
     import torch
 
@@ -252,9 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     head = (f"# Attached to a running Ray vs detached ({what}; {args.cycles} x {args.rounds} rounds each; "
             f"torch {torch.__version__}, one thread; {os.cpu_count()} cores; {started} UTC)")
     print(format_report(summary, head))
-    if args.json is not None:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "started_utc": started,
-                                         "rows": rows, "summary": summary}, indent=1))
+    write_json(args, started, rows, summary)
     return 0
 
 

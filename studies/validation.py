@@ -420,16 +420,17 @@ def advantage_per_sample(prims: Mapping[str, Any], batch: int, name: str) -> flo
 
 
 def stream_piece_rows(fields: Mapping[str, Any]) -> int:
-    """Rows of one piece of enable()'s ValueStream for a PPO workload with these fields: its fragment split as the
-    simulator splits it for the deployed policy (:func:`conduit.sim.deployed.deployed_stream_pieces`, the
-    runtime's :func:`conduit.deploy_settings.stream_chunk_steps`; the policy's default parameters)."""
+    """Rows of one piece of enable()'s ValueStream for a PPO workload with these fields: the simulator's own split
+    for the deployed policy (:func:`conduit.sim.engine.deployed_pieces` of
+    :func:`conduit.sim.deployed.deployed_stream_pieces`, the runtime's
+    :func:`conduit.deploy_settings.stream_chunk_steps`; the policy's default parameters)."""
     from conduit.registry import create_policy
     from conduit.sim.deployed import deployed_stream_pieces
+    from conduit.sim.engine import deployed_pieces
     from conduit.sim.workload import Workload
 
     probe = Workload(**fields)
-    fragment = max(1, int(probe.fragment_length)) * max(1, int(probe.envs_per_runner))
-    return max(1, math.ceil(fragment / deployed_stream_pieces(probe, create_policy("conduit"))))
+    return deployed_pieces(probe, deployed_stream_pieces(probe, create_policy("conduit"))).chunk_steps
 
 
 def stream_value_pass(entry: Mapping[str, Any], rows: int) -> float | None:
@@ -1043,10 +1044,7 @@ def gae_piece_memory(configs: Mapping[str, Any], calibration: Mapping[str, Any],
     def calls(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
         return list((((entry or {}).get("extra") or {}).get("memory") or {}).get("calls") or [])
 
-    def med(values: Sequence[Any]) -> float | None:
-        got = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-        return statistics.median(got) if got else None
-
+    med = pagereport.median_known
     def side(timed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         reported = [c.get("reported_mb_before") for c in timed]
         known = [r for r in reported if r is not None]

@@ -71,5 +71,6 @@ def test_call_summary_keeps_every_call_and_takes_medians_of_what_is_known():
     assert got["calls"] == calls and got["calls"] is not calls
     assert got["faults_median"] == 200.0 and got["system_s_median"] == pytest.approx(0.6)
     assert got["page_reporting"] is True and got["settings"] == {"max_waiting_mib": 1024}
+    assert pr.median_known([None, float("nan"), 3.0, 1.0]) == 2.0 and pr.median_known([None]) is None
     none = pr.call_summary([], None)
     assert none["faults_median"] is None and none["page_reporting"] is False and none["settings"] == {}

@@ -1143,10 +1143,12 @@ def test_the_streams_value_pass_is_the_sweep_interpolated_at_its_piece(times, ro
 def test_a_ppo_workloads_stream_pieces_are_its_fragment_split_as_the_deployed_policy_splits_it():
     from conduit.registry import create_policy
     from conduit.sim.deployed import deployed_stream_pieces
+    from conduit.sim.engine import deployed_pieces
     from conduit.sim.workload import load_workload
 
     w = load_workload({"base": "ppo", "fragment_length": 2000, "envs_per_runner": 1, "bytes_per_step": 28_000})
     fields = {f: getattr(w, f) for f in ("name", "algorithm", "fragment_length", "envs_per_runner", "bytes_per_step")}
     rows = val.stream_piece_rows(fields)
     pieces = deployed_stream_pieces(w, create_policy("conduit"))
-    assert rows == math.ceil(2000 / pieces) and 1 < pieces < 2000
+    # the simulator's own split of the fragment (equal pieces), not a re-derivation of it
+    assert rows == deployed_pieces(w, pieces).chunk_steps and 1 < pieces < 2000 and 2000 % rows == 0

@@ -2088,14 +2088,13 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
             return original(self, rl_module=rl_module, episodes=episodes, batch=batch, **kwargs)
         kept.clear()
         columns = {mid: dict(cols) for mid, cols in batch.items()}  # the input, before GAE adds its columns
-        gae_memory.append(pagereport.snapshot())
-        r0 = resource.getrusage(resource.RUSAGE_THREAD)
+        memory0, r0 = pagereport.snapshot(), resource.getrusage(resource.RUSAGE_THREAD)
         c0, t0 = time.process_time(), time.perf_counter()
         result = original(self, rl_module=rl_module, episodes=episodes, batch=batch, **kwargs)
         cpu, wall = time.process_time() - c0, time.perf_counter() - t0
         r1 = resource.getrusage(resource.RUSAGE_THREAD)
-        gae_memory.append(pagereport.snapshot())
-        gae_faults.append((float(r1.ru_minflt - r0.ru_minflt), r1.ru_stime - r0.ru_stime))
+        gae_calls.append({"faults": float(r1.ru_minflt - r0.ru_minflt), "system_s": r1.ru_stime - r0.ru_stime,
+                          "memory": (memory0, pagereport.snapshot())})
         # the runtime's StreamedGAE on the same input, its values given (as the ValueStream hands them over)
         mids = [mid for mid, _module in rl_module.items() if mid in columns]
         streamed = pieces.get(id(self))
@@ -2125,8 +2124,8 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
 
     update_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
     gae_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
-    gae_memory: list[pagereport.Snapshot | None] = []  # the VM's reported memory at the GAE piece's start and end
-    gae_faults: list[tuple[float, float]] = []  # its thread's minor faults and system seconds
+    # per GAE call: its thread's minor faults and system seconds, the VM's reported memory at its start and end
+    gae_calls: list[dict[str, Any]] = []
     gae_rounds: list[dict[str, Any]] = []  # per timed call at the largest size: faults, system time, reporting
     streamed_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
 
@@ -2135,18 +2134,17 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
         start = pagereport.snapshot()
         episodes = sample(n)
         gae_clock.clear()
-        gae_memory.clear()
-        gae_faults.clear()
+        gae_calls.clear()
         built = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
         if len(gae_clock) != 1:
             raise ConduitError(f"{name}: the learner connector ran GeneralAdvantageEstimation {len(gae_clock)} "
                                f"times, expected once")
         cpu, wall, streamed_cpu, streamed_wall = gae_clock[0]
         if n == sizes[-1]:  # the fit's anchor: the train batch itself, but in a quick calibration
-            before, during = (pagereport.reported_between(start, gae_memory[0]),
-                              pagereport.reported_between(gae_memory[0], gae_memory[1]))
-            gae_rounds.append({"wall_s": round(wall, 4), "faults": gae_faults[0][0],
-                               "system_s": round(gae_faults[0][1], 4),
+            at = gae_calls[0]
+            before, during = (pagereport.reported_between(start, at["memory"][0]),
+                              pagereport.reported_between(*at["memory"]))
+            gae_rounds.append({"wall_s": round(wall, 4), "faults": at["faults"], "system_s": round(at["system_s"], 4),
                                "reported_mb_before": None if before is None else before["mb"],
                                "reported_mb_during": None if during is None else during["mb"]})
         update = _cpu_clock(lambda: learner.update(batch=built, minibatch_size=minibatch, num_epochs=epochs,

@@ -29,9 +29,10 @@ Where the kernel has no such counter (bare metal, another hypervisor, a kernel w
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -101,14 +102,17 @@ class Watch:
         self.result = reported_between(self.before, snapshot(self.parameters))
 
 
+def median_known(values: Iterable[Any]) -> float | None:
+    """The median of the values that are known (not None, finite); None when none is."""
+    got = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return statistics.median(got) if got else None
+
+
 def call_summary(calls: list[Mapping[str, Any]], now: Snapshot | None) -> dict[str, Any]:
     """What a timed piece's calls met, for a calibration entry's ``extra``: per call its wall seconds, its
     thread's minor faults and system seconds, and the memory the VM reported in the round before it and
     during it (None: unknown); the medians of faults and system time; the reporting settings in force
     (``now``'s), and whether this kernel reports at all."""
-    def median(key: str) -> float | None:
-        got = [float(c[key]) for c in calls if c.get(key) is not None]
-        return statistics.median(got) if got else None
-    return {"calls": [dict(c) for c in calls], "faults_median": median("faults"),
-            "system_s_median": median("system_s"), "page_reporting": now is not None,
+    return {"calls": [dict(c) for c in calls], "faults_median": median_known(c.get("faults") for c in calls),
+            "system_s_median": median_known(c.get("system_s") for c in calls), "page_reporting": now is not None,
             "settings": dict(now.settings) if now is not None else {}}
