@@ -502,12 +502,13 @@ def calibrate(configs: Mapping[str, Any], quick: bool, log=print) -> dict[str, A
 
 #: primitives measured with a local learner's torch threads (:func:`conduit.runtime.calibrate.measure_local_learner`)
 LOCAL_PRIMITIVES = ("learner_update_local", "learner_update_call_local", "gae_connector_local", "gae_streamed_local",
-                    "torch_team")
+                    "batch_connector_local", "torch_team")
 #: kinds only PPO's learner has (``--only`` with nothing else measures no other algorithm)
-PPO_PRIMITIVES = {"learner_update_call", "gae_connector", "gae_streamed", "learner_update_call_local",
-                  "gae_connector_local", "gae_streamed_local"}
+PPO_PRIMITIVES = {"learner_update_call", "gae_connector", "gae_streamed", "batch_connector", "learner_update_call_local",
+                  "gae_connector_local", "gae_streamed_local", "batch_connector_local"}
 #: every kind --add-learner-primitives measures (``--only`` picks among them; ``env_runner`` only when asked)
-LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", "gae_streamed", *DQN_CALL_PRIMITIVES,
+LEARNER_PRIMITIVES = ("learner_update", "learner_update_call", "gae_connector", "gae_streamed", "batch_connector",
+                      *DQN_CALL_PRIMITIVES,
                       *LOCAL_PRIMITIVES, "env_runner", "weights")
 
 
@@ -1250,6 +1251,41 @@ def _cold_call_line(cold: Mapping[str, Any]) -> str:
             f"(RLlib's call) and +{ms['plane_round_trip_s']:.3f} ms (the plane's).")
 
 
+#: the StockCosts fields of the fresh-mapping model (conduit.fresh_mapping), as the calibration's host.fresh_mapping
+#: holds them (conduit.runtime.freshmap.measure)
+FRESH_MAP_FIELDS = ("fresh_map_per_byte", "reported_map_per_byte", "reported_ramp_from", "reported_ramp_to")
+
+
+def with_fresh_mapping(stock: Any, calibration: Mapping[str, Any], asked: bool) -> tuple[Any, dict[str, Any]]:
+    """``stock`` with the calibration's fresh-mapping model (``host.fresh_mapping``: ``conduit calibrate``'s
+    :func:`conduit.runtime.freshmap.measure`; charged by :meth:`~conduit.sim.params.StockCosts.fresh_map` on a
+    learner's batch above glibc's mmap ceiling), and what the report says of it: on, off by
+    ``--no-fresh-mapping``, or off because the calibration predates the measurement."""
+    measured = (calibration.get("host") or {}).get("fresh_mapping") or {}
+    if not asked:
+        return stock, {"state": "off (--no-fresh-mapping)"}
+    if any(measured.get(k) is None for k in FRESH_MAP_FIELDS):
+        return stock, {"state": "off (the calibration has no host.fresh_mapping: measured before it existed)"}
+    values = {k: float(measured[k]) for k in FRESH_MAP_FIELDS}
+    stock = replace(stock, **values)  # StockCosts checks the ramp's order
+    return stock, {"state": "on", **values, **{k: measured.get(k) for k in ("block_bytes", "rounds", "gaps_s",
+                                                                          "slow_share", "warm_copy_s")}}
+
+
+def _fresh_mapping_line(fresh: Mapping[str, Any]) -> str:
+    """The report's sentence on the fresh-mapping model (:func:`with_fresh_mapping`)."""
+    if fresh.get("state") != "on":
+        return f"Fresh mapping (`conduit.fresh_mapping`): {fresh.get('state', 'not recorded')}."
+    mib = 2**20 * 1e3
+    shares = ", ".join(f"{g:g} s {s:.0%}" for g, s in zip(fresh.get("gaps_s") or [], fresh.get("slow_share") or [],
+                                                           strict=False))
+    return (f"Fresh mapping (`conduit.fresh_mapping`): on. A learner's batch above glibc's 32 MiB mmap ceiling costs "
+            f"{fresh['fresh_map_per_byte'] * mib:.3f} ms per MiB over a pre-faulted one, and "
+            f"{fresh['reported_map_per_byte'] * mib:.3f} ms per MiB more on the share its host took back: none after "
+            f"{fresh['reported_ramp_from']:.2f} s idle or less, all from {fresh['reported_ramp_to']:.2f} s "
+            f"(the calibration's rounds on reported memory per idle gap: {shares}).")
+
+
 def warm_up_debt_summary(stock: Any, asked: bool) -> dict[str, Any]:
     """The warm-up debt in force (:mod:`conduit.sim.coldwork`): on, off by ``--no-warm-up-debt``, or off because the
     stock primitives have no section ``wake``; its ramp and each primitive's figure (seconds) when on."""
@@ -1284,7 +1320,8 @@ def markdown(report: Mapping[str, Any]) -> str:
               f"topology: {report['topology']}; simulator seed {SIM_SEED}."), "",
              _host_speed_line(report.get("host_speed") or {}), "",
              _cold_call_line(report.get("cold_calls") or {}),
-             _warm_up_debt_line(report.get("warm_up_debt") or {}), "",
+             _warm_up_debt_line(report.get("warm_up_debt") or {}),
+             _fresh_mapping_line(report.get("fresh_mapping") or {}), "",
              "| workload | side | metric | predicted | measured | error |", "|---|---|---|---:|---:|---:|"]
     for r in report["rows"]:
         pct = r["metric"] == "experience_share"
@@ -1465,6 +1502,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="charge DQN's per-round primitives their warm-up debt (conduit.sim.coldwork) where "
                         "--stock-primitives has its figures (section wake); --no-warm-up-debt charges each its "
                         "back-to-back cost")
+    p.add_argument("--fresh-mapping", action=argparse.BooleanOptionalAction, default=True,
+                   help="charge a learner's batch above glibc's mmap ceiling its fresh mapping and the share on memory "
+                        "the VM handed back to its host (conduit.fresh_mapping) where the calibration measured them "
+                        "(host.fresh_mapping); --no-fresh-mapping charges it as reused memory")
     p.add_argument("--out", type=Path, default=Path("results/validation"))
     args = p.parse_args(argv)
     if args.quick:
@@ -1537,6 +1578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration, source = with_contention(calibration, args.contention), f"{source} + {args.contention}"
     topology, topo_text = topology_from_calibration(calibration)
     (args.out / "topology.yaml").write_text(topo_text)
+    stock, fresh = with_fresh_mapping(stock, calibration, args.fresh_mapping)
 
     workloads, stocks = build_workloads(configs, calibration, stock, args.clock)
     print("predicting ...", flush=True)
@@ -1600,6 +1642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "stock_costs_source": str(args.stock_primitives),
         "cold_calls": cold_call_summary(stock, plane, args.cold_calls),
         "warm_up_debt": warm_up_debt_summary(stock, args.warm_up_debt),
+        "fresh_mapping": fresh,
         "plane_costs_source": str(args.plane_primitives or "built-in PlaneCosts (" + PLANE_PRIMITIVES_FILE + ")"),
         "clock": args.clock,
         "topology": topology.name,

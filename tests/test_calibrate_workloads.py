@@ -71,9 +71,10 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
                         "learner_update_call:ppo-cartpole",
                         "gae_connector:ppo-cartpole",  # the GAE piece inside the learner's own pipeline
                         "gae_streamed:ppo-cartpole",  # Conduit's StreamedGAE on that piece's input and values
+                        "batch_connector:ppo-cartpole",  # the connector's pieces before NumpyToTensor (c)
                         "learner_update_local:ppo-cartpole",  # num_learners=0: also with the driver's threads
                         "learner_update_call_local:ppo-cartpole", "gae_connector_local:ppo-cartpole",
-                        "gae_streamed_local:ppo-cartpole",
+                        "gae_streamed_local:ppo-cartpole", "batch_connector_local:ppo-cartpole",
                         "torch_team:ppo-cartpole",  # what the driver's extra torch threads cost the node
                         "runner_metrics:ppo-cartpole"}  # the rest of the remote sample call: get_metrics()
     assert "get_metrics" in out["runner_metrics:ppo-cartpole"].note and out["runner_metrics:ppo-cartpole"].latency > 0
@@ -108,6 +109,14 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     assert "StreamedGAE" in streamed.note and streamed.sizes == gae.sizes and streamed.samples == gae.samples
     top = max(gae.sizes)
     assert 0 < streamed.latency + top * streamed.per_item < gae.latency + top * gae.per_item
+    # the connector up to NumpyToTensor in the same rounds: each round at the train batch with the seconds the
+    # process sat idle since the previous round's update returned (the episodes sampled meanwhile in the actor)
+    connector = out["batch_connector:ppo-cartpole"]
+    assert "NumpyToTensor" in connector.note and connector.sizes == gae.sizes and connector.samples == gae.samples
+    assert connector.per_item > 0 and connector.extra["fit_anchor"] == "largest"
+    rounds = connector.extra["rounds"]
+    assert len(rounds) == 2 and all(r["wall_s"] > 0 and r["cpu_s"] >= 0 and r["idle_s"] > 0 for r in rounds)
+    assert len(out["batch_connector_local:ppo-cartpole"].extra["rounds"]) == 2  # the local twin keeps its rounds
     assert out["gae_streamed_local:ppo-cartpole"].extra["fit_anchor"] == "largest"
     assert out["gae_connector_local:ppo-cartpole"].extra["fit_anchor"] == "largest"
     assert "EnvRunner actor" in out["gae_connector_local:ppo-cartpole"].extra["episodes_from"]
@@ -122,6 +131,12 @@ def test_cartpole_ppo_primitives_are_measured_with_one_torch_thread():
     assert runner.unit == "steps" and runner.per_item > 0
     # CartPole: 4 float32 observations and a few scalars per step; a random policy's episodes are short
     assert 16 < runner.extra["bytes_per_step"] < 4096
+    # read at the largest size (the sample() a runner makes), and less than at the smallest, whose few steps
+    # carry each episode piece's final observation and framing
+    by_size = runner.extra["bytes_per_step_by_size"]
+    assert set(by_size) == {str(n) for n in runner.sizes}
+    assert runner.extra["bytes_per_step"] == pytest.approx(by_size[str(max(runner.sizes))], rel=1e-3)
+    assert by_size[str(max(runner.sizes))] < by_size[str(min(runner.sizes))]
     assert runner.extra["episodes_done"] == 0 or 8 <= runner.extra["episode_length"] <= 500
     weights = out["weights:ppo-cartpole"]
     assert weights.extra["state_bytes"] > 0

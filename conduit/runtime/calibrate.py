@@ -313,6 +313,23 @@ def _measure_memcpy(plan: _Plan) -> Measurement:
                   "numpy.copyto between two preallocated, pre-faulted pageable buffers, one thread")
 
 
+def _measure_fresh_mapping(quick: bool, progress: Progress | None) -> dict[str, Any]:
+    """A fresh mapping's first touch after an idle gap (:func:`conduit.runtime.freshmap.measure`): what the
+    simulator charges a learner's batch above glibc's mmap ceiling (``StockCosts.fresh_map``)."""
+    from conduit.runtime import freshmap
+
+    if quick:
+        out = freshmap.measure(freshmap.QUICK_GAPS_S, 1, freshmap.QUICK_BLOCK_BYTES)
+    else:
+        out = freshmap.measure()
+    if progress is not None:
+        progress(f"calibrate: fresh_mapping      {out['fresh_map_per_byte'] * 2**20 * 1e3:.3f} ms per MiB fresh, "
+                 f"+{out['reported_map_per_byte'] * 2**20 * 1e3:.3f} ms per MiB reported, from "
+                 f"{out['reported_ramp_from']:.2f} s idle (none) to {out['reported_ramp_to']:.2f} s (all) "
+                 f"({out['elapsed_s']:.0f} s)")
+    return out
+
+
 def _measure_shm(plan: _Plan) -> Measurement:
     from multiprocessing import shared_memory
 
@@ -1033,8 +1050,8 @@ def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, pr
                     tmpdir: str | None = None, workloads: dict[str, tuple[str, Any]] | None = None) -> Measurements:
     """Measure this machine; returns :class:`Measurements` (a ``dict[str, Measurement]`` with ``.host``).
 
-    ``quick`` uses small sizes and few repeats (a few seconds); the full run takes well under two
-    minutes. ``ray=False`` skips the object store, ``disk=False`` the disk. ``progress`` receives one
+    ``quick`` uses small sizes and few repeats (a few seconds); the full run's fresh-mapping rounds
+    (:mod:`conduit.runtime.freshmap`: idle gaps of up to 4 s) add about 75 s to the rest. ``ray=False`` skips the object store, ``disk=False`` the disk. ``progress`` receives one
     line per measurement. ``tmpdir`` is where the disk test writes (default: the system temp dir);
     it is cleaned up. ``workloads`` (``{name: (algo, AlgorithmConfig)}``, e.g.
     :func:`default_workload_configs`) adds the workload primitives of those RLlib configs
@@ -1059,6 +1076,7 @@ def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, pr
             out[m.name] = _report(progress, m)
 
     keep(_measure_memcpy(plan))
+    out.host["fresh_mapping"] = _measure_fresh_mapping(quick, progress)
     keep(_measure_shm(plan))
     keep(_measure_shm_create(plan))
     keep(*_measure_pickle(plan))
@@ -1540,6 +1558,10 @@ def _fragment_steps(cfg: Any) -> int:
     return int(cfg.get_rollout_fragment_length(worker_index=1)) * int(cfg.num_envs_per_env_runner)
 
 
+#: sample() calls per size whose returned episodes :func:`measure_env_runner` pickles for the bytes per step
+BYTES_SAMPLES_PER_SIZE = 3
+
+
 def measure_env_runner(name: str, config, quick: bool = False) -> WorkloadMeasurement:
     """``SingleAgentEnvRunner.sample(num_timesteps=n)`` of ``config`` (an RLlib ``AlgorithmConfig``), local.
 
@@ -1548,16 +1570,29 @@ def measure_env_runner(name: str, config, quick: bool = False) -> WorkloadMeasur
     largest counts) includes what a long fragment pays and a short sample does not: the episodes that end
     in it (their data made numpy arrays, the env reset). ``ppo-largeobs``: 1.57 ms per step from 32 and 128
     steps (no 200-step episode ends there), 1.69 ms over a 1,000-step fragment. A fragment shorter than
-    the fixed sizes (DQN's one step) becomes the smallest size, where the per-call cost is read."""
+    the fixed sizes (DQN's one step) becomes the smallest size, where the per-call cost is read.
+
+    ``extra``: the pickled bytes per step of the episodes one call returns at the largest size (what a runner's
+    ``sample()`` hands back; ``bytes_per_step_by_size`` for each size), the mean length of the episodes that
+    ended during the sweep."""
 
     cfg = config.copy(copy_frozen=False)
     runner = _local_env_runner(cfg)
-    kept: list[list] = []  # the returned episodes, looked at after the sweep (pickling them is not timed)
+    # the returned episodes by sample size, a few calls each, pickled after the sweep (not timed); every call's
+    # pieces summed by episode id into the lengths of the episodes that end
+    kept: dict[int, list[list]] = {}
+    running: dict[Any, int] = {}
+    done: list[int] = []
 
     def run(n: int) -> None:
         episodes = runner.sample(num_timesteps=n, random_actions=False)
-        if len(kept) < 64:
-            kept.append(episodes)
+        for e in episodes:  # an episode comes back in pieces (one per sample() call it spans)
+            running[e.id_] = running.get(e.id_, 0) + len(e)
+            if e.is_done:
+                done.append(running.pop(e.id_))
+        calls = kept.setdefault(n, [])
+        if len(calls) < BYTES_SAMPLES_PER_SIZE:
+            calls.append(episodes)
 
     sizes = [4, 16, 64] if quick else [8, 32, 128]
     fragment = _fragment_steps(cfg)
@@ -1571,18 +1606,14 @@ def measure_env_runner(name: str, config, quick: bool = False) -> WorkloadMeasur
         m = _item_sweep(f"env_runner:{name}", "steps", run, sizes, budget, 3, 40,
                         f"SingleAgentEnvRunner.sample(num_timesteps=n) of a local EnvRunner "
                         f"({cfg.num_envs_per_env_runner} env(s)), one torch thread")
-        steps = sum(len(e) for eps in kept for e in eps)
-        nbytes = sum(len(pickle.dumps(eps, protocol=5)) for eps in kept)
-        # an episode comes back in pieces (one per sample() call it spans): sum the pieces by id
-        length: dict[str, int] = {}
-        done: list[int] = []
-        for eps in kept:
-            for e in eps:
-                length[e.id_] = length.get(e.id_, 0) + len(e)
-                if e.is_done:
-                    done.append(length[e.id_])
+        per_size = {n: sum(len(pickle.dumps(eps, protocol=5)) for eps in calls)
+                    / max(1, sum(len(e) for eps in calls for e in eps)) for n, calls in sorted(kept.items())}
         m.extra.update({
-            "bytes_per_step": nbytes / max(1, steps),
+            # at the largest size (the fragment, where it is longer than the fixed sizes): a short call's episodes
+            # carry each piece's final observation and framing over few steps (ppo-largeobs, 2026-12-07: 37.5 KB a
+            # step over the sweep's first 64 calls, of 8 and 32 steps, against 28.2 KB observations)
+            "bytes_per_step": per_size[max(per_size)],
+            "bytes_per_step_by_size": {str(n): round(b, 1) for n, b in per_size.items()},
             "episode_length": statistics.mean(done) if done else math.nan,
             "episodes_done": len(done),
             "envs_per_runner": int(cfg.num_envs_per_env_runner),
@@ -2035,7 +2066,10 @@ def measure_runner_call(name: str, algo: str, config, quick: bool = False) -> li
 def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, timesteps: dict,
                            quick: bool) -> list[WorkloadMeasurement]:
     """PPO's learner side of an iteration, each call on fresh data as the real run makes it:
-    ``learner_update_call:<name>``, ``gae_connector:<name>`` and ``gae_streamed:<name>`` (Conduit's
+    ``learner_update_call:<name>``, ``gae_connector:<name>``, ``batch_connector:<name>`` (the learner
+    connector's pieces before ``NumpyToTensor``, the instrument's *c*; each round at the train batch also records
+    how long the process sat idle before it, ``extra.rounds``: :mod:`conduit.fresh_mapping`) and
+    ``gae_streamed:<name>`` (Conduit's
     ``StreamedGAE`` on the same input with that call's values: what ``enable()`` leaves for update start. The
     GAE call less the ``compute_values`` calls inside it is not that figure: on ``ppo-largeobs`` it left 30 ms of
     2,000 samples, the forward pass's large tensors released after it returns, where ``StreamedGAE`` takes
@@ -2063,6 +2097,7 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
     the train batch itself is its real size. Both fits are anchored on the largest size (the line through
     the two largest, exact at the train batch). The update's rate is per sample per epoch
     (``extra``: ``epochs_timed``, ``minibatch_size``)."""
+    from ray.rllib.connectors.learner import NumpyToTensor
     from ray.rllib.connectors.learner.general_advantage_estimation import GeneralAdvantageEstimation
     from ray.rllib.core.learner.training_data import TrainingData
 
@@ -2076,7 +2111,14 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
     from conduit.runtime.rllib.values import StreamedGAE
 
     gae_clock: list[tuple[float, float, float, float]] = []
+    to_tensor_at: list[tuple[float, float]] = []  # (CPU, wall) clocks as NumpyToTensor starts: the end of c
     original = GeneralAdvantageEstimation.__call__
+    original_to_tensor = NumpyToTensor.__call__
+
+    def stamped_to_tensor(self, *args: Any, **kwargs: Any) -> Any:
+        to_tensor_at.append((time.process_time(), time.perf_counter()))
+        return original_to_tensor(self, *args, **kwargs)
+
     module_types = {type(m) for m in learner.module.values()}
     original_values = {t: t.__dict__.get("compute_values") for t in module_types}
     kept: list[Any] = []  # the value passes' outputs inside the stock GAE call, in the modules' order
@@ -2128,17 +2170,28 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
     gae_calls: list[dict[str, Any]] = []
     gae_rounds: list[dict[str, Any]] = []  # per timed call at the largest size: faults, system time, reporting
     streamed_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
+    connector_times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
+    connector_rounds: list[dict[str, float]] = []  # per timed round at the largest size: c, and how long idle before
+    update_end = [time.perf_counter()]  # when the last update call returned (what it allocated is freed by then)
 
-    def one_round(n: int) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
-        """(GAE piece, StreamedGAE, update call), each (CPU, wall) seconds, on fresh episodes of ``n`` steps."""
+    def one_round(n: int) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float], tuple[float, float]]:
+        """(GAE piece, StreamedGAE, update call, the connector's pieces before ``NumpyToTensor``), each (CPU,
+        wall) seconds, on fresh episodes of ``n`` steps."""
         start = pagereport.snapshot()
         episodes = sample(n)
         gae_clock.clear()
         gae_calls.clear()
+        to_tensor_at.clear()
+        c0, t0 = time.process_time(), time.perf_counter()
         built = learner._make_batch_if_necessary(TrainingData(episodes=episodes))
-        if len(gae_clock) != 1:
+        if len(gae_clock) != 1 or not to_tensor_at:
             raise ConduitError(f"{name}: the learner connector ran GeneralAdvantageEstimation {len(gae_clock)} "
-                               f"times, expected once")
+                               f"times and NumpyToTensor {len(to_tensor_at)}, expected GAE once after NumpyToTensor")
+        # the pipeline's own NumpyToTensor is the first (GAE converts its outputs with one of its own)
+        connector = (to_tensor_at[0][0] - c0, to_tensor_at[0][1] - t0)
+        if n == sizes[-1]:
+            connector_rounds.append({"cpu_s": round(connector[0], 5), "wall_s": round(connector[1], 5),
+                                     "idle_s": round(t0 - update_end[0], 4)})
         cpu, wall, streamed_cpu, streamed_wall = gae_clock[0]
         if n == sizes[-1]:  # the fit's anchor: the train batch itself, but in a quick calibration
             at = gae_calls[0]
@@ -2149,24 +2202,29 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
                                "reported_mb_during": None if during is None else during["mb"]})
         update = _cpu_clock(lambda: learner.update(batch=built, minibatch_size=minibatch, num_epochs=epochs,
                                                    timesteps=timesteps, shuffle_batch_per_epoch=shuffle))
-        return (cpu, wall), (streamed_cpu, streamed_wall), update
+        update_end[0] = time.perf_counter()
+        return (cpu, wall), (streamed_cpu, streamed_wall), update, connector
 
     reps = 2 if quick else 3
     with _episode_source(name, cfg, runner) as (sample, episodes_from):
         GeneralAdvantageEstimation.__call__ = timed_gae
+        NumpyToTensor.__call__ = stamped_to_tensor
         for kind in module_types:
             kind.compute_values = keeping_values(kind)
         try:
             one_round(sizes[0])  # warm-up: first-call paths
             gae_rounds.clear()
+            connector_rounds.clear()
             for _ in range(reps):
                 for n in sizes:
-                    gae, streamed, update = one_round(n)
+                    gae, streamed, update, connector = one_round(n)
                     gae_times[n].append(gae)
                     streamed_times[n].append(streamed)
                     update_times[n].append(update)
+                    connector_times[n].append(connector)
         finally:
             GeneralAdvantageEstimation.__call__ = original
+            NumpyToTensor.__call__ = original_to_tensor
             for kind, own in original_values.items():
                 if own is None:
                     del kind.compute_values  # it was inherited
@@ -2197,9 +2255,18 @@ def _ppo_learner_iteration(name: str, cfg: Any, runner: Any, learner: Any, times
                              f"them over: the bootstrap rows, advantages, value targets and their tensors that "
                              f"enable() still runs at update start, {fresh}, one torch thread",
                              anchor="largest")
-    for entry in (call, gae, streamed):
+    connector = _from_medians(f"batch_connector:{name}", "samples", sizes, medians(connector_times, 0),
+                              medians(connector_times, 1), reps * len(sizes),
+                              f"{type(learner).__name__}'s learner connector pipeline from its start up to "
+                              f"NumpyToTensor (the pieces that build the train batch from the episodes: the "
+                              f"instrument's c segment), {fresh}", anchor="largest")
+    # each round at the train batch with the seconds since the previous round's update returned: the batch is
+    # above glibc's mmap ceiling on large observations, and what its fresh mapping costs depends on that gap
+    # (conduit.fresh_mapping)
+    connector.extra["rounds"] = connector_rounds
+    for entry in (call, gae, streamed, connector):
         entry.extra["episodes_from"] = episodes_from
-    return [call, gae, streamed]
+    return [call, gae, streamed, connector]
 
 
 #: how long one timed round may wait for its episodes from the EnvRunner actor
@@ -2388,7 +2455,7 @@ def measure_local_learner(name: str, algo: str, config, quick: bool = False,
     with _torch_threads(threads):
         ms = [m for m in measure_learner(name, algo, config, quick, team=not update_only, update_only=update_only)
               if m.name.startswith(("learner_update:", "learner_update_call:", "gae_connector:", "gae_streamed:",
-                                    "torch_team:"))]
+                                    "batch_connector:", "torch_team:"))]
     out = [m for m in ms if m.name.startswith("torch_team:")]
     for m in ms:
         if m.name.startswith("torch_team:"):
@@ -2401,7 +2468,8 @@ def measure_local_learner(name: str, algo: str, config, quick: bool = False,
                                        extra={"torch_threads": threads, "load_average": list(os.getloadavg()),
                                               "default_threads": torch.get_num_threads(),
                                               **{k: m.extra[k] for k in ("epochs_timed", "minibatch_size",
-                                                                         "fit_anchor", "episodes_from", "memory")
+                                                                         "fit_anchor", "episodes_from", "memory",
+                                                                         "rounds")
                                                  if k in m.extra}}))
     return out
 

@@ -347,7 +347,7 @@ class AppoLoop:
             t_c = self.env.now
             built = sum(chunk.nbytes for _, chunk in shard) * w.frame_stack
             steps = sum(chunk.steps for _, chunk in shard) / w.steps_per_row
-            yield from self.cpu(lr.node, s.connector(steps, len(shard) * w.chunk_episodes, built), thread=main)
+            yield from self.cpu(lr.node, self.connector_work(lr, steps, len(shard) * w.chunk_episodes, built), thread=main)
             t_d = self.env.now
             yield from self.cpu(lr.node, s.to_tensor(built), thread=main)
         finally:

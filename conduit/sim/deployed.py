@@ -368,7 +368,7 @@ class DeployedRoute:
         built = nbytes * w.frame_stack
         work = rebuild + s.to_tensor(built)
         if connector:
-            work += s.connector(steps / w.steps_per_row, episodes, built)
+            work += self.connector_work(lr, steps / w.steps_per_row, episodes, built)
         yield from self.on_learner(lr, work)
         yield from self.copy_to_device(lr, built, pinned=False)
 

@@ -96,8 +96,8 @@ class DirectRoute:
         then one copy of whatever the placement left off the device."""
         w, s = self.workload, self.stock
         built = len(batch) * w.chunk_bytes * w.frame_stack  # the learner connector stacks frames
-        yield from self.cpu(lr.node, s.connector(len(batch) * w.chunk_steps / w.steps_per_row, len(batch) * w.chunk_episodes, built)
-                            + s.to_tensor(built))
+        yield from self.cpu(lr.node, self.connector_work(lr, len(batch) * w.chunk_steps / w.steps_per_row,
+                                                         len(batch) * w.chunk_episodes, built) + s.to_tensor(built))
         by_tier: dict[str, list[int]] = {}
         for cid in batch:
             tier = self.chunk_ledger.location(cid)

@@ -246,7 +246,7 @@ class DqnLoop:
         if w.local_learner:
             yield from self.on_driver(s.local_call_overhead)
             t_c = self.env.now
-            yield from self.on_driver(s.connector(w.batch_size / w.steps_per_row, w.batch_size, built))
+            yield from self.on_driver(self.connector_work(lr, w.batch_size / w.steps_per_row, w.batch_size, built))
             t_d = self.env.now
             yield from self.on_driver(s.to_tensor(built))
         else:
@@ -256,7 +256,7 @@ class DqnLoop:
             thread = ("learner", lr.id)
             yield from self.cpu(lr.node, cold + s.shard_deserialize(w.batch_size, w.batch_size, nbytes), thread=thread)
             t_c = self.env.now
-            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, w.batch_size, built),
+            yield from self.cpu(lr.node, self.connector_work(lr, w.batch_size / w.steps_per_row, w.batch_size, built),
                                 thread=thread)
             t_d = self.env.now
             yield from self.cpu(lr.node, s.to_tensor(built), thread=thread)
@@ -376,7 +376,8 @@ class DqnLoop:
         if self.path.batch_build == "per-batch":  # the framework's connector over the sampled batch
             s = self.stock
             built = w.batch_size * w.bytes_per_step * w.frame_stack
-            yield from self.cpu(lr.node, s.connector(w.batch_size / w.steps_per_row, w.batch_size, built) + s.to_tensor(built))
+            yield from self.cpu(lr.node, self.connector_work(lr, w.batch_size / w.steps_per_row, w.batch_size, built)
+                                + s.to_tensor(built))
         for cid, _ in selections:
             trace = self.rec.chunks[cid]
             if math.isnan(trace.t_ready):

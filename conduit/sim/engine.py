@@ -264,6 +264,9 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         self._runner_queued: dict[str, float] = {}
         self._next_chunk = 0
         self._chunks: dict[int, Chunk] = {}
+        #: learner id -> when its last update ended, where its loop idles between updates (PPO's): how long
+        #: ago it freed its last batch when it builds the next (:meth:`connector_work`)
+        self.learner_idle_since: dict[str, float] = {}
         self._check_fits()
 
     # ------------------------------------------------------------------ helpers
@@ -402,6 +405,15 @@ class Simulation(PpoLoop, AppoLoop, DqnLoop, DirectRoute, DeployedRoute, CoreUse
         """Speed of the CPU memcpy through a pinned bounce buffer that a pageable copy pays."""
         mem = self.topology.devices[memory]
         return mem.get("pageable_copy_bandwidth") or DEFAULT_PAGEABLE_COPY_FRACTION * mem.get("bandwidth", 40e9)
+
+    def connector_work(self, lr: LearnerRole, samples: float, episodes: float, built: float) -> float:
+        """Seconds of RLlib's learner connector building learner ``lr``'s batch of ``samples`` rows in
+        ``episodes`` episode objects and ``built`` bytes (:meth:`StockCosts.connector`), with the fresh
+        mapping of the built batch (:meth:`StockCosts.fresh_map`) after the learner's idle time since its last
+        update ended (:attr:`learner_idle_since`; none where the loop does not idle between updates: APPO's
+        learner thread and DQN's learners train back to back)."""
+        idle = self.env.now - self.learner_idle_since.get(lr.id, self.env.now)
+        return self.stock.connector(samples, episodes, built) + self.stock.fresh_map(built, idle)
 
     def copy_to_device(self, learner: LearnerRole, nbytes: float, pinned: bool, src_device: str | None = None) -> Generator:
         """A copy into the learner's device from host memory (default: its node's), NVMe or a peer

@@ -134,6 +134,7 @@ import math
 from dataclasses import dataclass
 
 from conduit.errors import ConduitError
+from conduit.fresh_mapping import MMAP_CEILING_BYTES, ramp
 
 #: the microbenchmark file every measured :class:`StockCosts` default comes from
 STOCK_PRIMITIVES_FILE = "benchmarks/stock_primitives.2core-vm.json"
@@ -246,11 +247,23 @@ class StockCosts:
     wake_update: float = 1.380e-3
     wake_warm_within: float = 1.0e-3
     wake_cold_after: float = 10.0e-3
+    # a fresh mapping's first touch (conduit.fresh_mapping): a block above glibc's mmap ceiling costs
+    # fresh_map_per_byte more than a pre-faulted one, and reported_map_per_byte more on the share its host has
+    # taken back (0 up to reported_ramp_from seconds since the learner last freed one, all from reported_ramp_to);
+    # all 0: off (the built-in costs; conduit calibrate measures them: host.fresh_mapping)
+    fresh_map_per_byte: float = 0.0
+    reported_map_per_byte: float = 0.0
+    reported_ramp_from: float = 0.0
+    reported_ramp_to: float = 0.0
 
     def __post_init__(self) -> None:
         if self.rpc_cold_after > 0 and self.rpc_warm_within > self.rpc_cold_after:
             raise ConduitError(f"rpc_warm_within ({self.rpc_warm_within!r} s) must not exceed rpc_cold_after "
                                f"({self.rpc_cold_after!r} s): a call is warm up to the first and cold from the second")
+        if self.reported_ramp_from > self.reported_ramp_to:
+            raise ConduitError(f"reported_ramp_from ({self.reported_ramp_from!r} s) must not exceed reported_ramp_to "
+                               f"({self.reported_ramp_to!r} s): none of a fresh mapping is on reported memory up to "
+                               f"the first and all of it from the second")
         if self.wake_cold_after > 0 and self.wake_warm_within > self.wake_cold_after:
             raise ConduitError(f"wake_warm_within ({self.wake_warm_within!r} s) must not exceed wake_cold_after "
                                f"({self.wake_cold_after!r} s): work is warm up to the first and cold from the second")
@@ -314,6 +327,16 @@ class StockCosts:
         (every piece of the pipeline visits each episode in Python) holding ``nbytes`` of observations."""
         return (self.connector_per_call + samples * self.connector_per_sample + episodes * self.connector_per_episode
                 + nbytes * self.connector_per_byte)
+
+    def fresh_map(self, nbytes: float, idle_s: float) -> float:
+        """The extra seconds of building a block of ``nbytes`` (the learner connector's train batch) in fresh
+        memory, ``idle_s`` seconds after the process last freed such a block (:mod:`conduit.fresh_mapping`):
+        nothing at or below glibc's mmap ceiling (the allocator reuses what was freed), above it the fresh
+        mapping's first touch, and the reported share's."""
+        if nbytes <= MMAP_CEILING_BYTES:
+            return 0.0
+        share = ramp(idle_s, self.reported_ramp_from, self.reported_ramp_to) if self.reported_map_per_byte > 0 else 0.0
+        return nbytes * (self.fresh_map_per_byte + share * self.reported_map_per_byte)
 
     def to_tensor(self, nbytes: float) -> float:
         return self.to_tensor_per_call + nbytes * self.to_tensor_per_byte

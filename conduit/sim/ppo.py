@@ -103,7 +103,7 @@ class PpoLoop:
             self.rec.span(k, "update", t_update, self.env.now)
             for u in updates:
                 u.t_end = self.env.now
-                t_free[u.learner] = self.env.now
+                t_free[u.learner] = self.learner_idle_since[u.learner] = self.env.now
             for lr in learners:
                 self.view.learner_busy(lr)
             self.rec.updates.extend(updates)
@@ -263,7 +263,8 @@ class PpoLoop:
         t_c = self.env.now
         samples = len(cids) * w.chunk_steps
         built = nbytes * w.frame_stack  # FrameStackingLearner: the built batch holds frame_stack frames
-        yield from self.learner_cpu(lr, s.connector(samples / w.steps_per_row, len(cids) * w.chunk_episodes, built))
+        yield from self.learner_cpu(lr, self.connector_work(lr, samples / w.steps_per_row, len(cids) * w.chunk_episodes,
+                                                            built))
         t_d = self.env.now
         yield from self.learner_cpu(lr, s.to_tensor(built))
         yield from self.copy_to_device(lr, built, pinned=False)
