@@ -207,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = f"{args.out / 'calibration.json'} (measured now)"
     topology, _ = val.topology_from_calibration(calibration)
     # the workload and its stock costs exactly as validation.py predicts them
-    workloads, stocks = val.build_workloads(configs, calibration, val.stock_costs_from_primitives())
+    stock, _fresh = val.with_fresh_mapping(val.stock_costs_from_primitives(), calibration, True)
+    workloads, stocks = val.build_workloads(configs, calibration, stock)
     workload, stock = workloads[args.workload], stocks[args.workload]
 
     from conduit.sim.tune import tune, write_result

@@ -691,6 +691,7 @@ def predict(workloads: Mapping[str, Any], topology: Any, stock: Any, sides: Sequ
             out[(name, side)]["violations"] = int(result.audit.violations) if hasattr(result.audit, "violations") \
                 else len(getattr(result.audit, "items", []) or [])
             out[(name, side)]["warnings"] = list(result.warnings)
+            out[(name, side)]["segments"] = dict(result.segments)
     return out
 
 
@@ -1070,6 +1071,37 @@ def gae_piece_memory(configs: Mapping[str, Any], calibration: Mapping[str, Any],
     return out
 
 
+def connector_check(configs: Mapping[str, Any], calibration: Mapping[str, Any], workloads: Mapping[str, Any],
+                    stocks: Mapping[str, Any], predicted: Mapping[tuple[str, str], Mapping[str, Any]],
+                    medians: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per PPO workload, RLlib's learner connector up to ``NumpyToTensor`` (the instrument's *c*) at the train
+    batch, four ways: as the calibration timed it (``batch_connector``, each round after the idle gap it
+    records), as the model charges those rounds (the connector's fit plus :meth:`StockCosts.fresh_map` of the
+    built batch at each round's gap: an out-of-sample check of :mod:`conduit.fresh_mapping`, whose figures come
+    from another microbenchmark), as the simulation charged it on the stock side (segment ``c``), and as the real
+    runs measured it on both sides. Figures a file does not hold (a calibration from before the rounds) are None."""
+    med = pagereport.median_known
+    real = {(m.get("workload"), m.get("side")): m.get("c_ms") for m in medians}
+    out = []
+    for name, wl in workloads.items():
+        if wl.algorithm != "ppo":
+            continue
+        kind = "batch_connector_local" if wl.local_learner else "batch_connector"
+        entry = (calibration.get("workload") or {}).get(f"{kind}:{_recheck_key(configs, name)}") or {}
+        rounds = list((entry.get("extra") or {}).get("rounds") or [])
+        stock = stocks.get(name)
+        samples = wl.train_batch_per_learner
+        built = samples * wl.bytes_per_step * wl.frame_stack
+        model = [stock.connector(samples / wl.steps_per_row, samples / wl.episode_length, built)
+                 + stock.fresh_map(built, float(r["idle_s"])) for r in rounds] if stock is not None else []
+        seconds = [None if real.get((name, side)) is None else real[(name, side)] / 1e3 for side in ("stock", "conduit")]
+        out.append({"workload": name, "primitive": kind, "built_mb": built / 1e6, "rounds": len(rounds),
+                    "idle_s": med([r.get("idle_s") for r in rounds]), "calibration_s": med([r.get("cpu_s") for r in rounds]),
+                    "model_s": med(model), "simulated_stock_s": (predicted.get((name, "stock")) or {}).get(
+                        "segments", {}).get("c"), "runs_stock_s": seconds[0], "runs_conduit_s": seconds[1]})
+    return out
+
+
 def measured_metrics(median: Mapping[str, Any]) -> dict[str, float]:
     """The simulator's metrics from the instrument's medians (``MEASURED_AS``). A run whose median
     iteration saw no learner update (``num_updates`` 0: the instrument's ``iteration_ms`` then falls back
@@ -1259,15 +1291,25 @@ FRESH_MAP_FIELDS = ("fresh_map_per_byte", "reported_map_per_byte", "reported_ram
 def with_fresh_mapping(stock: Any, calibration: Mapping[str, Any], asked: bool) -> tuple[Any, dict[str, Any]]:
     """``stock`` with the calibration's fresh-mapping model (``host.fresh_mapping``: ``conduit calibrate``'s
     :func:`conduit.runtime.freshmap.measure`; charged by :meth:`~conduit.sim.params.StockCosts.fresh_map` on a
-    learner's batch above glibc's mmap ceiling), and what the report says of it: on, off by
-    ``--no-fresh-mapping``, or off because the calibration predates the measurement."""
+    learner's batch above glibc's mmap ceiling; the calibration's rounds, ``extra_s``, refitted by
+    :func:`conduit.fresh_mapping.fit_ramp` where it holds them, so a calibration taken before a change of the fit
+    is read as the model reads rounds now), and what the report says of it: on, off by ``--no-fresh-mapping``, or
+    off because the calibration predates the measurement. Figures that cannot be
+    read (not numbers, a ramp that ends before it starts) stop the study with the field named."""
     measured = (calibration.get("host") or {}).get("fresh_mapping") or {}
     if not asked:
         return stock, {"state": "off (--no-fresh-mapping)"}
     if any(measured.get(k) is None for k in FRESH_MAP_FIELDS):
         return stock, {"state": "off (the calibration has no host.fresh_mapping: measured before it existed)"}
-    values = {k: float(measured[k]) for k in FRESH_MAP_FIELDS}
-    stock = replace(stock, **values)  # StockCosts checks the ramp's order
+    try:
+        if measured.get("extra_s"):  # the rounds themselves: fitted as the model fits them now
+            from conduit.fresh_mapping import fit_ramp
+
+            measured = {**measured, **fit_ramp(measured["gaps_s"], measured["extra_s"], int(measured["block_bytes"]))}
+        values = {k: float(measured[k]) for k in FRESH_MAP_FIELDS}
+        stock = replace(stock, **values)  # StockCosts checks the ramp's order
+    except (KeyError, TypeError, ValueError, ConduitError) as exc:
+        raise SystemExit(f"calibration: host.fresh_mapping: {exc}") from None
     return stock, {"state": "on", **values, **{k: measured.get(k) for k in ("block_bytes", "rounds", "gaps_s",
                                                                           "slow_share", "warm_copy_s")}}
 
@@ -1347,6 +1389,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines += runs_section(report.get("runs") or [])
     lines += _recheck_section(report.get("rechecked"))
     lines += _gae_memory_section(report.get("gae_piece_memory") or [])
+    lines += _connector_section(report.get("connector_check") or [])
     lines += ["", "## External check (not a fitting target): published 8xA100 experience share", "",
               "| topology | workload | predicted (rllib-stock, default preset) | published | error |",
               "|---|---|---:|---:|---:|"]
@@ -1383,6 +1426,29 @@ def _gae_memory_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     for r in rows:
         lines.append(f"| {r['workload']} (`{r['primitive']}`) | {timed(r['calibration'])} | {timed(r['rechecked'])} | "
                      f"{_f(r['runs_gae_s'], '.3f')} s | {_f(r['runs_reported_mb_per_s'], '.1f')} MB/s |")
+    return lines
+
+
+def _connector_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The report's section on the learner connector's fresh batch (:func:`connector_check`); none without a
+    calibration round to check."""
+    rows = [r for r in rows if r["rounds"]]
+    if not rows:
+        return []
+    def ms(x: Any) -> str:
+        return "-" if x is None else f"{x * 1e3:.1f}"
+    lines = ["", "## The learner connector's fresh batch", "",
+             ("RLlib's learner connector up to `NumpyToTensor` (*c*) at the train batch, in ms: as the calibration timed "
+              "it (median of its rounds, each after the idle gap it records), as the model charges those rounds (the "
+              "connector's fit plus the fresh mapping of the built batch at each round's gap, `conduit.fresh_mapping`: "
+              "its figures come from another microbenchmark), as the simulation charged the stock side, and as the "
+              "real runs measured it."), "",
+             ("| workload | batch (MB) | idle before (s) | calibration | model at those gaps | simulated (stock) | "
+              "real (stock) | real (conduit) |"), "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['workload']} (`{r['primitive']}`) | {r['built_mb']:.1f} | {_f(r['idle_s'], '.2f')} | "
+                     f"{ms(r['calibration_s'])} | {ms(r['model_s'])} | {ms(r['simulated_stock_s'])} | "
+                     f"{ms(r['runs_stock_s'])} | {ms(r['runs_conduit_s'])} |")
     return lines
 
 
@@ -1656,6 +1722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "external": external,
         "host_speed": host_speed(calibration, measured_probe),
         "gae_piece_memory": gae_piece_memory(configs, calibration, rechecks, measured_medians),
+        "connector_check": connector_check(configs, calibration, workloads, stocks, predicted, measured_medians),
         "runs": [{"workload": m["workload"], "side": m["side"], "runs": int(m.get("runs", 1)),
                   "iteration_ms_runs": m.get("iteration_ms_runs", [m.get("iteration_ms")])} for m in measured_medians],
         "sim": {f"{n}/{s}": {"violations": p["violations"], "warnings": p["warnings"]}

@@ -1152,3 +1152,88 @@ def test_a_ppo_workloads_stream_pieces_are_its_fragment_split_as_the_deployed_po
     pieces = deployed_stream_pieces(w, create_policy("conduit"))
     # the simulator's own split of the fragment (equal pieces), not a re-derivation of it
     assert rows == deployed_pieces(w, pieces).chunk_steps and 1 < pieces < 2000 and 2000 % rows == 0
+
+
+def test_the_calibrations_fresh_mapping_model_is_charged_and_said_or_its_absence_is_said():
+    """``host.fresh_mapping`` (``conduit calibrate``'s :func:`conduit.runtime.freshmap.measure`) sets the four
+    :class:`StockCosts` fields; ``--no-fresh-mapping`` or a calibration from before it leaves them off, and the
+    report's sentence says which."""
+    measured = {"fresh_map_per_byte": 3.5e-11, "reported_map_per_byte": 1.23e-9, "reported_ramp_from": 0.85,
+                "reported_ramp_to": 2.5, "block_bytes": 64 << 20, "rounds": 5, "gaps_s": [0.25, 1.5, 4.0],
+                "slow_share": [0.0, 0.6, 1.0], "warm_copy_s": 3.5e-3}
+    calibration = {"host": {"fresh_mapping": measured}}
+    stock, said = val.with_fresh_mapping(STOCK, calibration, True)
+    assert said["state"] == "on"
+    assert {k: getattr(stock, k) for k in val.FRESH_MAP_FIELDS} == {k: measured[k] for k in val.FRESH_MAP_FIELDS}
+    line = val._fresh_mapping_line(said)
+    assert "on." in line and "0.85 s" in line and "2.50 s" in line and "1.5 s 60%" in line
+    assert val.with_fresh_mapping(STOCK, calibration, False) == (STOCK, {"state": "off (--no-fresh-mapping)"})
+    old, said = val.with_fresh_mapping(STOCK, {"host": {}}, True)
+    assert old == STOCK and "measured before" in said["state"] and "measured before" in val._fresh_mapping_line(said)
+    bad = {"host": {"fresh_mapping": {**measured, "reported_ramp_from": 3.0}}}
+    with pytest.raises(SystemExit, match="host.fresh_mapping: reported_ramp_from"):
+        val.with_fresh_mapping(STOCK, bad, True)
+    with pytest.raises(SystemExit, match="host.fresh_mapping"):
+        val.with_fresh_mapping(STOCK, {"host": {"fresh_mapping": {**measured, "fresh_map_per_byte": "fast"}}}, True)
+    assert val.parse_args(["--no-fresh-mapping"]).fresh_mapping is False and val.parse_args([]).fresh_mapping
+    # a calibration that holds its rounds is read as the model fits rounds now, whatever fields it stored
+    from conduit.fresh_mapping import fit_ramp
+
+    rounds = {**measured, "gaps_s": [0.25, 1.5, 4.0], "extra_s": [[2e-3, 2e-3], [2e-3, 0.07], [0.07, 0.08]]}
+    refit, said = val.with_fresh_mapping(STOCK, {"host": {"fresh_mapping": rounds}}, True)
+    fitted = fit_ramp(rounds["gaps_s"], rounds["extra_s"], rounds["block_bytes"])
+    assert {k: getattr(refit, k) for k in val.FRESH_MAP_FIELDS} == {k: fitted[k] for k in val.FRESH_MAP_FIELDS}
+    assert said["slow_share"] == fitted["slow_share"]
+    with pytest.raises(SystemExit, match="host.fresh_mapping"):
+        val.with_fresh_mapping(STOCK, {"host": {"fresh_mapping": {**rounds, "extra_s": [[1e-3]]}}}, True)
+
+
+def test_the_fresh_batch_is_charged_from_the_calibration_and_checked_against_its_connector_rounds(tmp_path):
+    """PPO large-obs' train batch (2,000 steps of 36 KB: above the mmap ceiling) costs more with the calibration's
+    fresh-mapping model than without (``--no-fresh-mapping``), on both sides; CartPole's does not. The report's
+    connector check puts the calibration's rounds next to the model at the same idle gaps, and the model's
+    figure is the connector's fit plus ``StockCosts.fresh_map`` at each round's gap."""
+    cal = _calibration()
+    fresh = {"fresh_map_per_byte": 4e-11, "reported_map_per_byte": 1.2e-9, "reported_ramp_from": 0.85,
+             "reported_ramp_to": 2.5, "block_bytes": 64 << 20, "rounds": 5, "gaps_s": [0.25, 4.0],
+             "slow_share": [0.0, 1.0], "warm_copy_s": 3e-3}
+    cal["host"]["fresh_mapping"] = fresh
+    rounds = [{"cpu_s": 0.05, "wall_s": 0.05, "idle_s": 1.2}, {"cpu_s": 0.09, "wall_s": 0.09, "idle_s": 2.0},
+              {"cpu_s": 0.02, "wall_s": 0.02, "idle_s": 0.5}]
+    cal["workload"]["batch_connector:ppo-largeobs"] = {
+        "name": "batch_connector:ppo-largeobs", "per_item": 2e-5, "latency": 0.0, "samples": 9, "unit": "samples",
+        "sizes": [500, 1000, 2000], "medians": [0.002, 0.004, 0.05], "note": "test", "extra": {"rounds": rounds}}
+    (tmp_path / "calibration.json").write_text(json.dumps(cal))
+    names = ["ppo-largeobs-1r-1l", "ppo-cartpole-2r-local"]
+    medians = [{"workload": n, "side": s, "iteration_ms": 3000.0, "exposed_per_update_ms": 100.0,
+                "experience_share": 0.03, "num_updates": 1.0, "c_ms": 40.0 if s == "stock" else 30.0}
+               for n in names for s in ("stock", "conduit")]
+    (tmp_path / "measured.json").write_text(json.dumps({"load": "test", "medians": medians}))
+    reports = {}
+    for flag in ("--fresh-mapping", "--no-fresh-mapping"):
+        out = tmp_path / flag
+        assert val.main(["--calibration", str(tmp_path / "calibration.json"), "--measured",
+                         str(tmp_path / "measured.json"), "--out", str(out), "--workloads", ",".join(names),
+                         flag]) == 0
+        reports[flag] = json.loads((out / "validation.json").read_text())
+    on, off = reports["--fresh-mapping"], reports["--no-fresh-mapping"]
+    assert on["fresh_mapping"]["state"] == "on" and off["fresh_mapping"]["state"] == "off (--no-fresh-mapping)"
+
+    def predicted(report, workload, side):
+        return next(r["predicted"] for r in report["rows"] if (r["workload"], r["side"], r["metric"]) ==
+                    (workload, side, "exposed_experience_path_s"))
+    for side in ("stock", "conduit"):
+        assert predicted(on, "ppo-largeobs-1r-1l", side) > predicted(off, "ppo-largeobs-1r-1l", side)
+        assert predicted(on, "ppo-cartpole-2r-local", side) == predicted(off, "ppo-cartpole-2r-local", side)
+    check = {r["workload"]: r for r in on["connector_check"]}["ppo-largeobs-1r-1l"]
+    wl = on["workloads"]["ppo-largeobs-1r-1l"]
+    built = wl["train_batch_per_learner"] * wl["bytes_per_step"] * wl["frame_stack"]
+    stock, _ = val.with_fresh_mapping(STOCK, cal, True)
+    warm = stock.connector(2000 / wl["steps_per_row"], 2000 / wl["episode_length"], built)
+    assert check["calibration_s"] == pytest.approx(0.05) and check["idle_s"] == pytest.approx(1.2)
+    assert check["model_s"] == pytest.approx(warm + stock.fresh_map(built, 1.2))
+    assert check["runs_stock_s"] == pytest.approx(0.04) and check["runs_conduit_s"] == pytest.approx(0.03)
+    assert check["simulated_stock_s"] > warm  # the simulation's stock c: the fit and the fresh batch
+    text = (tmp_path / "--fresh-mapping" / "validation.md").read_text()
+    assert "## The learner connector's fresh batch" in text and "Fresh mapping (`conduit.fresh_mapping`): on" in text
+    assert "## The learner connector's fresh batch" in (tmp_path / "--no-fresh-mapping" / "validation.md").read_text()

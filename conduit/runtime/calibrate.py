@@ -316,10 +316,13 @@ def _measure_memcpy(plan: _Plan) -> Measurement:
 def _measure_fresh_mapping(quick: bool, progress: Progress | None) -> dict[str, Any]:
     """A fresh mapping's first touch after an idle gap (:func:`conduit.runtime.freshmap.measure`): what the
     simulator charges a learner's batch above glibc's mmap ceiling (``StockCosts.fresh_map``)."""
-    from conduit.runtime import freshmap
+    from conduit.runtime import freshmap, pagereport
 
     if quick:
         out = freshmap.measure(freshmap.QUICK_GAPS_S, 1, freshmap.QUICK_BLOCK_BYTES)
+    elif pagereport.snapshot() is None:  # no free page reporting: nothing to wait for, the fresh mapping alone
+        out = freshmap.measure(freshmap.QUICK_GAPS_S)
+        out["note"] += "; short gaps only: this kernel does not report free memory to a host (no page_reporting)"
     else:
         out = freshmap.measure()
     if progress is not None:
@@ -1050,8 +1053,9 @@ def measure_machine(quick: bool = False, ray: bool = True, disk: bool = True, pr
                     tmpdir: str | None = None, workloads: dict[str, tuple[str, Any]] | None = None) -> Measurements:
     """Measure this machine; returns :class:`Measurements` (a ``dict[str, Measurement]`` with ``.host``).
 
-    ``quick`` uses small sizes and few repeats (a few seconds); the full run's fresh-mapping rounds
-    (:mod:`conduit.runtime.freshmap`: idle gaps of up to 4 s) add about 75 s to the rest. ``ray=False`` skips the object store, ``disk=False`` the disk. ``progress`` receives one
+    ``quick`` uses small sizes and few repeats (a few seconds); on a VM that reports free memory to its
+    host, the full run's fresh-mapping rounds (:mod:`conduit.runtime.freshmap`: idle gaps of up to 4 s) add about
+    75 s to the rest. ``ray=False`` skips the object store, ``disk=False`` the disk. ``progress`` receives one
     line per measurement. ``tmpdir`` is where the disk test writes (default: the system temp dir);
     it is cleaned up. ``workloads`` (``{name: (algo, AlgorithmConfig)}``, e.g.
     :func:`default_workload_configs`) adds the workload primitives of those RLlib configs

@@ -123,6 +123,17 @@ the learner's update +1.38 ms; the ramp (the EnvRunner's call after sleeps of 1-
 10 ms. A second run a minute later read +1.17 / +0.48 / +0.44 / +0.64 / +0.89 / +1.41 ms, warm within 0, cold from
 10 ms. All 0 (``wake_cold_after`` 0) is no debt: what a file measured before the section gives.
 
+The ``fresh_map_per_byte``, ``reported_map_per_byte``, ``reported_ramp_from`` and ``reported_ramp_to`` fields are
+the fresh mapping (:mod:`conduit.fresh_mapping`, charged by :meth:`StockCosts.fresh_map` on the learner connector's
+batch): a batch above glibc's 32 MiB mmap ceiling is mapped afresh each time, and on a VM with free page reporting a
+share of it lands on memory the host took back, by how long the learner sat idle since its last update. They are
+machine figures, not RLlib's: ``conduit calibrate`` measures them (the host block's ``fresh_mapping``,
+:mod:`conduit.runtime.freshmap`) and ``studies/validation.py`` reads them from its calibration. The built-in
+costs leave them 0 (off): they are one machine's figures (a fresh mapping's faults cost something anywhere, but
+the reported share is a VM's), and the presets model clusters they do not describe. On the 2-core development VM,
+2026-12-07 19:58: 0.036 ms per MiB fresh, 1.33 ms per MiB more on reported memory, none reported after 0.7 s idle
+or less, all from 2.7 s (20:10, in a validation window's calibration: 0.036, 1.01, 0.65 and 2.3).
+
 :class:`PlaneCosts` are Conduit's own costs: writing a chunk columnar into a preallocated staging
 slot is a memcpy (``ingest_copy_bandwidth``), and the per-sample connector work is the same work as
 stock's (we do not assume our batch building is cheaper; we only move it off the critical path).
@@ -134,7 +145,8 @@ import math
 from dataclasses import dataclass
 
 from conduit.errors import ConduitError
-from conduit.fresh_mapping import MMAP_CEILING_BYTES, ramp
+from conduit.fresh_mapping import MMAP_CEILING_BYTES
+from conduit.ramp import linear_ramp
 
 #: the microbenchmark file every measured :class:`StockCosts` default comes from
 STOCK_PRIMITIVES_FILE = "benchmarks/stock_primitives.2core-vm.json"
@@ -335,7 +347,7 @@ class StockCosts:
         mapping's first touch, and the reported share's."""
         if nbytes <= MMAP_CEILING_BYTES:
             return 0.0
-        share = ramp(idle_s, self.reported_ramp_from, self.reported_ramp_to) if self.reported_map_per_byte > 0 else 0.0
+        share = linear_ramp(idle_s, self.reported_ramp_from, self.reported_ramp_to) if self.reported_map_per_byte > 0 else 0.0
         return nbytes * (self.fresh_map_per_byte + share * self.reported_map_per_byte)
 
     def to_tensor(self, nbytes: float) -> float:

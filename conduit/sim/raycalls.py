@@ -42,6 +42,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from conduit.ramp import linear_ramp
+
 
 @dataclass(frozen=True)
 class ColdRamp:
@@ -61,11 +63,7 @@ class ColdRamp:
         return self.cold_after > 0.0
 
     def share(self, interval: float) -> float:
-        if self.cold_after <= 0.0 or interval <= self.warm_within:
-            return 0.0
-        if interval >= self.cold_after:
-            return 1.0
-        return (interval - self.warm_within) / (self.cold_after - self.warm_within)
+        return linear_ramp(interval, self.warm_within, self.cold_after) if self.cold_after > 0.0 else 0.0
 
 
 class CallClock:
