@@ -1092,7 +1092,8 @@ def connector_check(configs: Mapping[str, Any], calibration: Mapping[str, Any], 
         stock = stocks.get(name)
         samples = wl.train_batch_per_learner
         built = samples * wl.bytes_per_step * wl.frame_stack
-        model = [stock.connector(samples / wl.steps_per_row, samples / wl.episode_length, built)
+        episodes = math.ceil(samples / wl.chunk_steps) * wl.chunk_episodes  # the learner's chunks, as ppo.py charges them
+        model = [stock.connector(samples / wl.steps_per_row, episodes, built)
                  + stock.fresh_map(built, float(r["idle_s"])) for r in rounds] if stock is not None else []
         seconds = [None if real.get((name, side)) is None else real[(name, side)] / 1e3 for side in ("stock", "conduit")]
         out.append({"workload": name, "primitive": kind, "built_mb": built / 1e6, "rounds": len(rounds),

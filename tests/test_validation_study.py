@@ -1229,7 +1229,9 @@ def test_the_fresh_batch_is_charged_from_the_calibration_and_checked_against_its
     wl = on["workloads"]["ppo-largeobs-1r-1l"]
     built = wl["train_batch_per_learner"] * wl["bytes_per_step"] * wl["frame_stack"]
     stock, _ = val.with_fresh_mapping(STOCK, cal, True)
-    warm = stock.connector(2000 / wl["steps_per_row"], 2000 / wl["episode_length"], built)
+    chunk = wl["fragment_length"] * wl["envs_per_runner"]  # a PPO chunk: one sample() call's steps
+    warm = stock.connector(2000 / wl["steps_per_row"], math.ceil(2000 / chunk) * max(1.0, chunk / wl["episode_length"]),
+                           built)
     assert check["calibration_s"] == pytest.approx(0.05) and check["idle_s"] == pytest.approx(1.2)
     assert check["model_s"] == pytest.approx(warm + stock.fresh_map(built, 1.2))
     assert check["runs_stock_s"] == pytest.approx(0.04) and check["runs_conduit_s"] == pytest.approx(0.03)
